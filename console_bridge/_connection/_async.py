@@ -1,0 +1,1007 @@
+"""The governed MCP connection (async core; the blocking twin wraps this, nothing else)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Literal, NoReturn, TypeVar
+
+import anyio
+import httpx2
+import jsonschema
+import mcp_types
+import pydantic
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from console_bridge._config import HttpSpec, ServerSpec, StdioSpec, load_server_spec
+from console_bridge._connection._handles import ToolHandle, refuse_copy
+from console_bridge._errors import (
+    ApprovalDenied,
+    BridgeError,
+    Busy,
+    CallTimeout,
+    ConnectionClosed,
+    Desynchronized,
+    LaunchRefused,
+    NotAllowed,
+    SchemaDrift,
+    ServerError,
+    VerificationFailed,
+)
+from console_bridge._governance._audit import sha256_json
+from console_bridge._governance._caps import cap_content
+from console_bridge._governance._pinning import tool_fingerprint
+from console_bridge._governance._policy import ApprovalRequest, Exposure, Policy, exposure, run_approver
+from console_bridge._governance._sanitize import neutral_description, scan_tool
+from console_bridge._identity import Owner, check_owner, current_owner
+from console_bridge._results import ToolResult, result_from_content
+from console_bridge._transport._guard import Guard
+from console_bridge._transport._stdio import StdioChild, base_environment, open_stdio
+
+__all__ = ["AsyncMcpConnection", "ConnectionStatus", "Page"]
+
+State = Literal["new", "connecting", "idle", "busy", "closed"]
+Kind = Literal["tools", "resources", "resource_templates", "prompts"]
+T = TypeVar("T")
+
+_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
+_CLIENT_INFO = mcp_types.Implementation(name="console-bridge", version="0.1.0")
+#: More pages than this in one listing walk is treated as a server fault.
+MAX_PAGES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a discovery listing. Authorizes nothing."""
+
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+    server: str
+    cursor: str | None = None
+    kind: str = "tools"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionStatus:
+    """A snapshot of local state (no server traffic)."""
+
+    state: State
+    server: str
+    pid: int | None
+    owner: Owner
+    tools: tuple[str, ...]
+    resources: tuple[str, ...]
+    prompts: tuple[str, ...]
+    server_info: dict[str, Any] | None
+    calls: int
+    last_error: str | None
+    stderr_tail: str
+    revoked: dict[str, str] = field(default_factory=dict)
+    transport: str = "stdio"
+
+
+@dataclass
+class _ToolState:
+    wire: dict[str, Any]
+    fingerprint: str
+    flags: tuple[str, ...]
+    exposure: Exposure
+
+
+def _wire(model: pydantic.BaseModel) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _names(values: Sequence[str], what: str) -> tuple[str, ...]:
+    if isinstance(values, str) or not all(isinstance(v, str) and v for v in values):
+        raise LaunchRefused(f"{what} must be a sequence of exact names (strings), e.g. {what}=['echo']")
+    return tuple(dict.fromkeys(values))
+
+
+class AsyncMcpConnection:
+    """A governed client for one MCP server entry of an ``mcpServers`` config.
+
+    Example::
+
+        async with AsyncMcpConnection("mcp.json", "files", owner=Owner("agent-1"),
+                                      tools=["read_file"]) as conn:
+            result = await conn.call_tool("read_file", {"path": "README.md"})
+            print(result.text)
+
+    Guarantees: fixed allowlists (discovery never widens them), one active request
+    at a time (a second raises :class:`Busy`, nothing sent), every request bounded
+    by ``timeout`` (on expiry :class:`CallTimeout` and the connection is closed),
+    a stdio child that gets only a short environment allowlist and never outlives
+    the connection, and the :class:`Policy` applied to every tool call.
+    """
+
+    def __init__(
+        self,
+        config: str | os.PathLike[str] | Mapping[str, Any],
+        server: str,
+        *,
+        owner: Owner,
+        tools: Sequence[str] = (),
+        resources: Sequence[str] = (),
+        prompts: Sequence[str] = (),
+        policy: Policy | None = None,
+        timeout: float = 60.0,
+        startup_timeout: float = 60.0,
+        shutdown_grace: float = 2.0,
+        stderr_limit: int = 64 * 1024,
+    ) -> None:
+        if not isinstance(owner, Owner):
+            raise LaunchRefused("owner must be an Owner(agent_id, session_id=None) assigned by the host")
+        if policy is not None and not isinstance(policy, Policy):
+            raise LaunchRefused("policy must be a console_bridge.Policy or None")
+        for label, value in (("timeout", timeout), ("startup_timeout", startup_timeout)):
+            if not isinstance(value, int | float) or value <= 0:
+                raise LaunchRefused(f"{label} must be a positive number of seconds, not {value!r}")
+        self._spec: ServerSpec = load_server_spec(config, server)
+        self.server = server
+        self.owner = owner
+        self.policy = policy if policy is not None else Policy()
+        self.timeout = float(timeout)
+        self.startup_timeout = float(startup_timeout)
+        self.shutdown_grace = float(shutdown_grace)
+        self._stderr_limit = stderr_limit
+        self._allowed_tools = _names(tools, "tools")
+        self._allowed_resources = _names(resources, "resources")
+        self._allowed_prompts = _names(prompts, "prompts")
+        self._state: State = "new"
+        self._calls = 0
+        self._last_error: str | None = None
+        self._close_error: ConnectionClosed | None = None
+        self._session: ClientSession | None = None
+        self._child: StdioChild | None = None
+        self._host_task: asyncio.Task[None] | None = None
+        self._stop = anyio.Event()
+        self._host_done = anyio.Event()
+        self._active_scope: anyio.CancelScope | None = None
+        self._tool_states: dict[str, _ToolState] = {}
+        self._revoked: dict[str, str] = {}
+        self._tools_changed = False
+        self._seen_cursors: dict[str, set[str]] = {}
+        self._server_info: dict[str, Any] | None = None
+
+    # ----------------------------------------------------------------- copying
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __copy__(self) -> NoReturn:
+        refuse_copy(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} server={self.server!r} state={self._state} owner={self.owner!s}>"
+
+    # --------------------------------------------------------------- lifecycle
+    async def __aenter__(self) -> AsyncMcpConnection:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Start (or reach) the server, initialize, and verify the tool allowlist.
+
+        Raises :class:`LaunchRefused` when the command cannot be started,
+        :class:`CallTimeout` past ``startup_timeout``, :class:`VerificationFailed`
+        when an allowlisted tool is missing, :class:`ConnectionClosed` when the
+        connection was already closed (a closed connection cannot be reopened).
+        """
+        check_owner(self.owner, f"connection to {self.server!r}")
+        if self._state != "new":
+            if self._state == "closed":
+                raise self._closed_error("connect()")
+            return
+        self._state = "connecting"
+        self._audit("lifecycle", action="connect_start")
+        ready = anyio.Event()
+        failure: list[BaseException] = []
+        self._host_task = asyncio.get_running_loop().create_task(self._host(ready, failure))
+        with anyio.move_on_after(self.startup_timeout) as scope:
+            await ready.wait()
+            if failure:
+                await self._finish(None)
+                raise self._translate_startup(failure[0])
+            assert self._session is not None
+            try:
+                await self._handshake(self._session)
+            except BaseException as exc:
+                with anyio.CancelScope(shield=True):
+                    await self._finish(exc if isinstance(exc, ConnectionClosed) else None)
+                if isinstance(exc, BridgeError):
+                    raise
+                raise self._translate_startup(exc) from None
+        if scope.cancelled_caught:
+            error = CallTimeout(
+                f"server {self.server!r} did not start, initialize and list within startup_timeout="
+                f"{self.startup_timeout:g}s; it was stopped. Check the command, or raise startup_timeout.",
+                **self._context(),
+            )
+            with anyio.CancelScope(shield=True):
+                await self._finish(error)
+            raise error
+        self._state = "idle"
+        self._audit("lifecycle", action="connect", pid=self.pid, server_info=self._server_info)
+
+    async def close(self) -> None:
+        """Close cleanly (stdin closed, bounded wait, then the tree is killed). Idempotent.
+
+        An active call fails with :class:`ConnectionClosed`; every later use raises it.
+        """
+        with anyio.CancelScope(shield=True):
+            await self._finish(ConnectionClosed(f"connection to {self.server!r} was closed by close()"))
+
+    async def cancel(self) -> None:
+        """Kill the server's process tree at once and fail any active call. Idempotent."""
+        if self._child is not None:
+            self._child.kill_now()
+        with anyio.CancelScope(shield=True):
+            await self._finish(ConnectionClosed(f"connection to {self.server!r} was cancelled"), action="cancel")
+
+    @property
+    def pid(self) -> int | None:
+        return self._child.pid if self._child is not None else None
+
+    @property
+    def closed(self) -> bool:
+        return self._state == "closed"
+
+    def status(self) -> ConnectionStatus:
+        """Local state only: nothing is sent to the server."""
+        return ConnectionStatus(
+            state=self._state,
+            server=self.server,
+            pid=self.pid,
+            owner=self.owner,
+            tools=self._allowed_tools,
+            resources=self._allowed_resources,
+            prompts=self._allowed_prompts,
+            server_info=self._server_info,
+            calls=self._calls,
+            last_error=self._last_error,
+            stderr_tail=self._child.stderr.text() if self._child is not None else "",
+            revoked=dict(self._revoked),
+            transport="stdio" if isinstance(self._spec, StdioSpec) else "http",
+        )
+
+    # ---------------------------------------------------------------- the host
+    async def _host(self, ready: anyio.Event, failure: list[BaseException]) -> None:
+        """Owns the transport and the MCP session from start to stop, in one task."""
+        try:
+            async with AsyncExitStack() as stack:
+                read, write = await self._open_transport(stack)
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(tg.cancel_scope.cancel)
+                guard = Guard(on_violation=self._on_desync, on_tools_changed=self._on_tools_changed)
+                session_read, session_write = guard.start(tg, read, write)
+                self._session = await stack.enter_async_context(
+                    ClientSession(session_read, session_write, client_info=_CLIENT_INFO)
+                )
+                ready.set()
+                await self._watch(self._stop)
+        except BaseException as exc:
+            if not ready.is_set():
+                failure.append(exc)
+            elif not isinstance(exc, asyncio.CancelledError):
+                self._record_crash(f"transport failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._session = None
+            ready.set()
+            self._host_done.set()
+
+    async def _open_transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:
+        spec = self._spec
+        if isinstance(spec, HttpSpec):
+            client = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+            )
+            read, write = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
+            return read, write
+        env = base_environment() | dict(spec.env)
+        self._child = await stack.enter_async_context(
+            open_stdio(
+                spec.command,
+                spec.args,
+                env=env,
+                cwd=spec.cwd,
+                stderr_limit=self._stderr_limit,
+                shutdown_grace=self.shutdown_grace,
+            )
+        )
+        return self._child.read_stream, self._child.write_stream
+
+    async def _watch(self, stop: anyio.Event) -> None:
+        """Wait for a stop request; notice a stdio child that died on its own."""
+        while not stop.is_set():
+            with anyio.move_on_after(0.05):
+                await stop.wait()
+            child = self._child
+            if child is not None and child.returncode is not None and not stop.is_set():
+                self._record_crash(f"the server process exited with status {child.returncode}")
+                return
+
+    def _record_crash(self, what: str) -> None:
+        if self._close_error is None:
+            self._close_error = ConnectionClosed(
+                f"server {self.server!r} crashed: {what}; the connection is closed, create a new one "
+                "(check the server's stderr below)",
+                **self._context(),
+            )
+            self._last_error = str(self._close_error.message)
+            self._audit("lifecycle", action="crash", reason=what)
+        self._interrupt_active()
+        self._stop.set()
+
+    def _on_desync(self, reason: str) -> None:
+        if self._close_error is None:
+            self._close_error = Desynchronized(
+                f"server {self.server!r} broke the JSON-RPC stream ({reason}); the connection was closed so "
+                "no reply can reach the wrong request. Create a new connection.",
+                **self._context(),
+            )
+            self._last_error = self._close_error.message
+            self._audit("lifecycle", action="desynchronized", reason=reason)
+        self._interrupt_active()
+        self._stop.set()
+
+    def _on_tools_changed(self) -> None:
+        self._tools_changed = True
+
+    def _interrupt_active(self) -> None:
+        if self._active_scope is not None:
+            self._active_scope.cancel()
+
+    async def _finish(self, error: ConnectionClosed | None, action: str = "close") -> None:
+        """Stop the host (idempotent) and mark the connection closed with ``error``."""
+        already = self._state == "closed"
+        if self._close_error is None and error is not None:
+            self._close_error = error
+        if self._close_error is None:
+            self._close_error = ConnectionClosed(f"connection to {self.server!r} is closed")
+        self._state = "closed"
+        self._interrupt_active()
+        self._stop.set()
+        if self._host_task is not None:
+            await self._host_done.wait()
+        if not already:
+            self._audit("lifecycle", action=action, reason=self._close_error.message)
+
+    def _context(self) -> dict[str, Any]:
+        child = self._child
+        return {
+            "server": self.server,
+            "pid": child.pid if child is not None else None,
+            "stderr_tail": child.stderr.text()[-4000:] if child is not None else None,
+        }
+
+    def _closed_error(self, what: str) -> ConnectionClosed:
+        base = self._close_error or ConnectionClosed(f"connection to {self.server!r} is closed")
+        error = type(base)(f"{what}: {base.message}", **self._context())
+        return error
+
+    def _translate_startup(self, exc: BaseException) -> BridgeError:
+        if isinstance(exc, BridgeError):
+            return exc
+        if isinstance(exc, OSError):
+            spec = self._spec
+            command = spec.command if isinstance(spec, StdioSpec) else spec.url
+            return LaunchRefused(
+                f"server {self.server!r} could not be started ({command!r}: {exc.strerror or exc}); "
+                "check that the command exists and is executable",
+                server=self.server,
+            )
+        if isinstance(exc, MCPError):
+            return ServerError(
+                f"server {self.server!r} refused to initialize: {exc.message}", code=exc.code, **self._context()
+            )
+        if self._close_error is not None:
+            return self._closed_error("startup")
+        return ConnectionClosed(
+            f"server {self.server!r} failed during startup ({type(exc).__name__}: {exc}); it was stopped",
+            **self._context(),
+        )
+
+    # --------------------------------------------------------------- requests
+    def _require_session(self, what: str) -> ClientSession:
+        check_owner(self.owner, f"connection to {self.server!r}")
+        if self._state == "closed" or self._close_error is not None:
+            raise self._closed_error(what)
+        if self._state == "new":
+            raise ConnectionClosed(f"{what}: connection to {self.server!r} is not connected; call connect() first")
+        session = self._session
+        if session is None:
+            raise self._closed_error(what)
+        return session
+
+    async def _request(
+        self,
+        what: str,
+        operation: Callable[[ClientSession], Awaitable[T]],
+        *,
+        timeout: float | None = None,
+        hold: bool = True,
+    ) -> T:
+        """Run one server request under the busy slot and its deadline.
+
+        Translates every lower-level failure: a passed deadline closes the connection
+        (:class:`CallTimeout`); a malformed reply closes it (:class:`Desynchronized`);
+        an MCP error response becomes :class:`ServerError`.
+        """
+        session = self._require_session(what)
+        if hold:
+            if self._state == "busy":
+                self._audit("refusal", target=what, reason="busy")
+                raise Busy(
+                    f"{what}: another call is active on the connection to {self.server!r}; nothing was sent. "
+                    "Wait for it to finish, or use a second connection.",
+                    server=self.server,
+                )
+            self._state = "busy"
+        deadline = self.timeout if timeout is None else timeout
+        scope = anyio.CancelScope()
+        self._active_scope = scope
+        try:
+            with scope:
+                with anyio.move_on_after(deadline) as timer:
+                    try:
+                        return await operation(session)
+                    except MCPError as exc:
+                        if self._close_error is not None:
+                            raise self._closed_error(what) from None
+                        if exc.code == mcp_types.CONNECTION_CLOSED:
+                            await self._settle_crash(what)
+                            raise self._closed_error(what) from None
+                        raise ServerError(
+                            f"{what}: server {self.server!r} answered with an error: {exc.message}",
+                            code=exc.code,
+                            server=self.server,
+                        ) from None
+                    except pydantic.ValidationError as exc:
+                        self._on_desync(f"the reply to {what} has the wrong shape: {exc}")
+                        with anyio.CancelScope(shield=True):
+                            await self._finish(None)
+                        raise self._closed_error(what) from None
+                if timer.cancelled_caught:
+                    error = CallTimeout(
+                        f"{what} on server {self.server!r} passed its {deadline:g}s deadline; the connection "
+                        "was closed and its processes stopped. Raise timeout= or make the call cheaper.",
+                        **self._context(),
+                    )
+                    self._last_error = error.message
+                    with anyio.CancelScope(shield=True):
+                        await self._finish(error, action="timeout")
+                    raise error
+            # Our scope was cancelled from outside: close, cancel, crash or desync.
+            with anyio.CancelScope(shield=True):
+                await self._settle_crash(what)
+            raise self._closed_error(what)
+        finally:
+            self._active_scope = None
+            if hold and self._state == "busy":
+                self._state = "idle"
+
+    async def _settle_crash(self, what: str) -> None:
+        """After a failed request: wait briefly for the child's exit status, then close."""
+        child = self._child
+        if child is not None:
+            with anyio.move_on_after(min(1.0, self.shutdown_grace)):
+                while child.returncode is None and self._close_error is None:
+                    await anyio.sleep(0.01)
+            if self._close_error is None:
+                status = child.returncode
+                self._record_crash(
+                    f"the server process exited with status {status}"
+                    if status is not None
+                    else "the server closed its output"
+                )
+        elif self._close_error is None:
+            self._record_crash(f"the transport closed during {what}")
+        await self._finish(None)
+
+    async def _list_all(self, session: ClientSession, kind: Kind) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
+            page_items, cursor = await self._list_page(session, kind, cursor)
+            items.extend(page_items)
+            if cursor is None:
+                return items
+            if cursor in seen:
+                raise ServerError(f"server {self.server!r} repeated the {kind} cursor {cursor!r}", server=self.server)
+            seen.add(cursor)
+        raise ServerError(f"server {self.server!r} returned more than {MAX_PAGES} {kind} pages", server=self.server)
+
+    async def _list_page(
+        self, session: ClientSession, kind: Kind, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+        if kind == "tools":
+            tools = await session.list_tools(params=params)
+            return [_wire(t) for t in tools.tools], tools.next_cursor
+        if kind == "resources":
+            res = await session.list_resources(params=params)
+            return [_wire(r) for r in res.resources], res.next_cursor
+        if kind == "resource_templates":
+            tmpl = await session.list_resource_templates(params=params)
+            return [_wire(r) for r in tmpl.resource_templates], tmpl.next_cursor
+        prompts = await session.list_prompts(params=params)
+        return [_wire(p) for p in prompts.prompts], prompts.next_cursor
+
+    async def _handshake(self, session: ClientSession) -> None:
+        remaining = self.startup_timeout
+
+        async def initialize(s: ClientSession) -> mcp_types.InitializeResult:
+            return await s.initialize()
+
+        result = await self._request("initialize", initialize, timeout=remaining, hold=False)
+        self._server_info = _wire(result.server_info) if result.server_info is not None else None
+        if not self._allowed_tools:
+            return
+
+        async def list_tools(s: ClientSession) -> list[dict[str, Any]]:
+            return await self._list_all(s, "tools")
+
+        listing = await self._request("tools/list", list_tools, timeout=remaining, hold=False)
+        by_name = {str(tool.get("name")): tool for tool in listing}
+        missing = [name for name in self._allowed_tools if name not in by_name]
+        if missing:
+            error = VerificationFailed(
+                f"server {self.server!r} does not offer the allowlisted tool(s) {', '.join(missing)} "
+                f"(it offers: {', '.join(sorted(by_name)) or 'none'}); it was stopped before any call. "
+                "Fix the allowlist or the server.",
+                **self._context(),
+            )
+            self._audit("refusal", reason="allowlisted tool missing", missing=missing)
+            raise error
+        for name in self._allowed_tools:
+            self._pin(by_name[name])
+
+    def _pin(self, wire: dict[str, Any]) -> _ToolState:
+        name = str(wire["name"])
+        policy = self.policy
+        flags = tuple(scan_tool(wire, max_chars=policy.max_description_chars)) if policy.sanitize_descriptions else ()
+        state = _ToolState(
+            wire=wire,
+            fingerprint=tool_fingerprint(wire),
+            flags=flags,
+            exposure=exposure(policy, wire.get("annotations"), flags),
+        )
+        self._tool_states[name] = state
+        self._audit(
+            "schema",
+            tool=name,
+            sha256=state.fingerprint,
+            flags=list(flags) or None,
+            exposed=state.exposure.exposed,
+            requires_approval=state.exposure.needs_approval,
+        )
+        return state
+
+    # -------------------------------------------------------------- discovery
+    async def discover(
+        self,
+        kind: Kind = "tools",
+        cursor: str | None = None,
+    ) -> Page:
+        """One page of the server's listing. Authorizes nothing; the allowlists stay as built.
+
+        A server that hands back a cursor it already gave in this walk raises
+        :class:`ServerError`. Items are the server's own (unsanitized) definitions.
+        """
+        if kind not in ("tools", "resources", "resource_templates", "prompts"):
+            raise NotAllowed(
+                f"discover(kind={kind!r}): kind must be 'tools', 'resources', 'resource_templates' or 'prompts'"
+            )
+        if cursor is not None and not isinstance(cursor, str):
+            raise NotAllowed("discover(cursor=...): the cursor must be the opaque string a previous page returned")
+
+        async def page(s: ClientSession) -> tuple[list[dict[str, Any]], str | None]:
+            return await self._list_page(s, kind, cursor)
+
+        items, next_cursor = await self._request(f"{kind}/list", page)
+        seen = self._seen_cursors.setdefault(kind, set())
+        if cursor is None:
+            seen.clear()
+        if next_cursor is not None:
+            if next_cursor in seen or next_cursor == cursor:
+                raise ServerError(
+                    f"server {self.server!r} repeated the {kind} cursor {next_cursor!r}: its pagination loops; "
+                    "stop walking here",
+                    server=self.server,
+                )
+            seen.add(next_cursor)
+        self._audit("discover", kind=kind, count=len(items))
+        return Page(items=items, next_cursor=next_cursor, server=self.server, cursor=cursor, kind=kind)
+
+    # -------------------------------------------------- resources and prompts
+    async def read_resource(self, uri: str) -> ToolResult:
+        """Read an allowlisted resource (exact URI), else :class:`NotAllowed` without contacting the server."""
+        if uri not in self._allowed_resources:
+            self._refuse(f"resource {uri!r}", "not on the resources allowlist")
+            raise NotAllowed(
+                f"resource {uri!r} is not on the resources allowlist of {self.server!r} "
+                f"(allowed: {', '.join(self._allowed_resources) or 'none'}); nothing was sent",
+                server=self.server,
+            )
+
+        async def read(s: ClientSession) -> mcp_types.ReadResourceResult:
+            return await s.read_resource(uri)
+
+        started = time.monotonic()
+        result = await self._request(f"resources/read {uri}", read)
+        content: list[dict[str, Any]] = []
+        for item in result.contents:
+            data = _wire(item)
+            if "text" in data:
+                content.append({"type": "text", "text": data["text"]})
+            else:
+                content.append({"type": "resource", "resource": data})
+        return self._finish_result(content, None, f"resource:{uri}", {"uri": uri}, started)
+
+    async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> ToolResult:
+        """Get an allowlisted prompt (exact name), else :class:`NotAllowed` without contacting the server."""
+        if name not in self._allowed_prompts:
+            self._refuse(f"prompt {name!r}", "not on the prompts allowlist")
+            raise NotAllowed(
+                f"prompt {name!r} is not on the prompts allowlist of {self.server!r} "
+                f"(allowed: {', '.join(self._allowed_prompts) or 'none'}); nothing was sent",
+                server=self.server,
+            )
+        args = {str(k): str(v) for k, v in (arguments or {}).items()}
+
+        async def get(s: ClientSession) -> mcp_types.GetPromptResult:
+            return await s.get_prompt(name, args)
+
+        started = time.monotonic()
+        result = await self._request(f"prompts/get {name}", get)
+        content = []
+        for message in result.messages:
+            block = _wire(message.content) if not isinstance(message.content, list) else {}
+            if block.get("type") == "text":
+                content.append({"type": "text", "text": f"[{message.role}] {block.get('text', '')}"})
+            elif block:
+                content.append(block)
+        return self._finish_result(content, None, f"prompt:{name}", args, started)
+
+    # ------------------------------------------------------------------ tools
+    def _refuse(self, target: str, reason: str, **extra: Any) -> None:
+        self._last_error = f"{target}: {reason}"
+        self._audit("refusal", target=target, reason=reason, **extra)
+
+    def _authorize(self, name: str) -> _ToolState:
+        if name not in self._allowed_tools:
+            self._refuse(f"tool {name!r}", "not on the tools allowlist")
+            raise NotAllowed(
+                f"tool {name!r} is not on the tools allowlist of {self.server!r} "
+                f"(allowed: {', '.join(self._allowed_tools) or 'none'}); nothing was sent",
+                server=self.server,
+            )
+        if name in self._revoked:
+            self._refuse(f"tool {name!r}", "revoked after schema drift")
+            raise SchemaDrift(
+                f"tool {name!r} of {self.server!r} was revoked: {self._revoked[name]}. It stays revoked on this "
+                "connection; review the server, then open a new connection.",
+                server=self.server,
+            )
+        state = self._tool_states.get(name)
+        if state is None:
+            raise self._closed_error(f"tool {name!r}")
+        if not state.exposure.exposed:
+            self._refuse(f"tool {name!r}", "read-only floor", reasons=list(state.exposure.reasons))
+            raise NotAllowed(
+                f"tool {name!r} of {self.server!r} is not positively read-only "
+                f"({', '.join(state.exposure.reasons)}) and the policy is read_only; nothing was sent. "
+                "Use Policy(mode='read_write', approve=...) to allow it with approval.",
+                server=self.server,
+            )
+        return state
+
+    def _revoke(self, name: str, reason: str) -> None:
+        if name not in self._revoked:
+            self._revoked[name] = reason
+            self._audit("drift", tool=name, reason=reason)
+
+    async def _verify_pins(self, session: ClientSession, name: str) -> None:
+        """Re-list and compare every pinned tool; revoke what changed. Raises for ``name``."""
+        try:
+            with anyio.fail_after(self.timeout):
+                listing = await self._list_all(session, "tools")
+        except (TimeoutError, MCPError, ServerError) as exc:
+            if self._close_error is not None:
+                raise self._closed_error(f"tool {name!r}") from None
+            why = "timed out" if isinstance(exc, TimeoutError) else f"failed ({exc})"
+            self._revoke(name, f"the re-listing that verifies its pinned schema {why}")
+            raise SchemaDrift(
+                f"tool {name!r} of {self.server!r} could not be re-verified: the tools/list re-listing {why}; "
+                "the tool is revoked (fails closed).",
+                server=self.server,
+            ) from None
+        by_name = {str(tool.get("name")): tool for tool in listing}
+        for pinned, state in self._tool_states.items():
+            if pinned in self._revoked:
+                continue
+            current = by_name.get(pinned)
+            if current is None:
+                self._revoke(pinned, "it vanished from the server's tool list")
+            elif tool_fingerprint(current) != state.fingerprint:
+                self._revoke(pinned, "its definition changed after it was pinned")
+        if name in self._revoked:
+            raise SchemaDrift(
+                f"tool {name!r} of {self.server!r} is revoked: {self._revoked[name]}. A tool revoked for drift "
+                "never comes back on this connection; review the server and reconnect.",
+                server=self.server,
+            )
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
+        """Call an allowlisted, exposed tool under the policy.
+
+        Raises :class:`NotAllowed` (allowlist, read-only floor), :class:`ApprovalDenied`,
+        :class:`SchemaDrift`, :class:`Busy`, :class:`ServerError` (error response or
+        tool error result, or structured output violating the tool's output schema),
+        :class:`CallTimeout` and :class:`ConnectionClosed`.
+        """
+        self._require_session(f"tool {name!r}")
+        if arguments is not None and not isinstance(arguments, Mapping):
+            raise NotAllowed(f"tool {name!r}: arguments must be a JSON object (a dict), not {type(arguments).__name__}")
+        args = dict(arguments or {})
+        state = self._authorize(name)
+        if self._state == "busy":
+            self._refuse(f"tool {name!r}", "busy")
+            raise Busy(
+                f"tool {name!r}: another call is active on the connection to {self.server!r}; nothing was sent. "
+                "Wait for it to finish, or use a second connection.",
+                server=self.server,
+            )
+        self._state = "busy"
+        try:
+            if state.exposure.needs_approval:
+                await self._approve(name, args, state)
+            return await self._call_authorized(name, args)
+        finally:
+            if self._state == "busy":
+                self._state = "idle"
+
+    async def _approve(self, name: str, args: dict[str, Any], state: _ToolState) -> None:
+        request = ApprovalRequest(
+            tool=name,
+            arguments=args,
+            annotations=dict(state.wire.get("annotations") or {}),
+            reason=", ".join(state.exposure.reasons) or "policy",
+            owner=current_owner() or self.owner,
+            server=self.server,
+            flags=state.flags,
+        )
+        approved, error = await run_approver(self.policy.approve, request)
+        self._audit(
+            "approval",
+            tool=name,
+            args_sha256=sha256_json(args),
+            approved=approved,
+            reason=request.reason,
+            error=error,
+            gate=self.policy.approve is not None,
+        )
+        if not approved:
+            self._last_error = f"tool {name!r}: approval denied"
+            if self.policy.approve is None:
+                why = "no approval gate is configured (Policy(approve=...))"
+            elif error is not None:
+                why = f"the approval gate raised {error}, which counts as a denial"
+            else:
+                why = "the approval gate said no"
+            raise ApprovalDenied(
+                f"tool {name!r} of {self.server!r} needs approval ({request.reason}) and {why}; nothing was sent",
+                server=self.server,
+            )
+
+    async def _call_authorized(self, name: str, args: dict[str, Any]) -> ToolResult:
+        started = time.monotonic()
+        self._calls += 1
+        self._audit(
+            "call_start", tool=name, args_sha256=sha256_json(args), args_bytes=len(repr(args)), content_arguments=args
+        )
+
+        async def call(s: ClientSession) -> mcp_types.CallToolResult:
+            pin = self.policy.pin_schemas
+            if pin == "strict" or (pin == "on_change" and self._tools_changed):
+                self._tools_changed = False
+                await self._verify_pins(s, name)
+            request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=args))
+            return await s.send_request(request, mcp_types.CallToolResult)
+
+        try:
+            result = await self._request(f"tool {name!r}", call, hold=False)
+        except BridgeError as exc:
+            self._audit(
+                "call_end",
+                tool=name,
+                outcome=type(exc).__name__,
+                reason=exc.message,
+                duration_ms=round((time.monotonic() - started) * 1000, 3),
+            )
+            raise
+        content = [_wire(block) for block in result.content]
+        structured = result.structured_content
+        if result.is_error:
+            out = self._finish_result(content, structured, name, args, started, is_error=True)
+            raise ServerError(
+                f"tool {name!r} of {self.server!r} returned an error: {out.text[:2000]}",
+                result=out,
+                server=self.server,
+            )
+        schema = self._tool_states[name].wire.get("outputSchema")
+        if schema is not None:
+            problem = _structured_problem(schema, structured)
+            if problem is not None:
+                self._audit(
+                    "call_end",
+                    tool=name,
+                    outcome="output_schema_violation",
+                    reason=problem,
+                    duration_ms=round((time.monotonic() - started) * 1000, 3),
+                )
+                raise ServerError(
+                    f"tool {name!r} of {self.server!r} returned structured content that violates its "
+                    f"output schema: {problem}",
+                    server=self.server,
+                )
+        return self._finish_result(content, structured, name, args, started)
+
+    def _finish_result(
+        self,
+        content: list[dict[str, Any]],
+        structured: dict[str, Any] | None,
+        tool: str,
+        args: Mapping[str, Any],
+        started: float,
+        *,
+        is_error: bool = False,
+    ) -> ToolResult:
+        raw_sha = sha256_json({"content": content, "structured": structured})
+        capped, truncated = cap_content(content, self.policy.max_bytes)
+        if structured is not None and len(repr(structured)) > self.policy.max_bytes:
+            structured, truncated = None, True
+        result = result_from_content(
+            capped, structured=structured, is_error=is_error, truncated=truncated, server=self.server, tool=tool
+        )
+        self._audit(
+            "call_end",
+            tool=tool,
+            outcome="tool_error" if is_error else "ok",
+            result_sha256=raw_sha,
+            result_bytes=sum(len(str(b)) for b in content),
+            truncated=truncated or None,
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
+            content_result={"content": capped, "structured": structured},
+        )
+        return result
+
+    def tools(self, prefix: str | None = None) -> list[ToolHandle]:
+        """Handles for the allowlisted tools the policy exposes (revoked ones left out).
+
+        ``prefix`` names them ``<prefix>_<tool>`` so tools of several servers never collide.
+        """
+        self._require_session("tools()")
+        if prefix is not None and not _PREFIX.match(prefix):
+            raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
+        handles = []
+        for name in self._allowed_tools:
+            state = self._tool_states.get(name)
+            if state is None or name in self._revoked or not state.exposure.exposed:
+                continue
+            description = str(state.wire.get("description") or "")
+            if state.flags:
+                description = neutral_description(name, self.server)
+            handles.append(
+                ToolHandle(
+                    name=f"{prefix}_{name}" if prefix else name,
+                    tool=name,
+                    server=self.server,
+                    description=description,
+                    input_schema=state.wire.get("inputSchema") or {"type": "object"},
+                    annotations=state.wire.get("annotations") or {},
+                    requires_approval=state.exposure.needs_approval,
+                    owner=self.owner,
+                    invoke=_bind_call(self, name),
+                )
+            )
+        return handles
+
+    def capability_tools(self, prefix: str = "mcp") -> list[ToolHandle]:
+        """Read-resource and get-prompt tools whose argument is an enum of the allowlist."""
+        self._require_session("capability_tools()")
+        if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+            raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
+        handles = []
+        read_only = {"readOnlyHint": True}
+        if self._allowed_resources:
+            handles.append(
+                ToolHandle(
+                    name=f"{prefix}_read_resource",
+                    tool="resources/read",
+                    server=self.server,
+                    description=f"Read one resource of server '{self.server}'. Allowed URIs: "
+                    + ", ".join(self._allowed_resources),
+                    input_schema={
+                        "type": "object",
+                        "properties": {"uri": {"type": "string", "enum": list(self._allowed_resources)}},
+                        "required": ["uri"],
+                        "additionalProperties": False,
+                    },
+                    annotations=read_only,
+                    requires_approval=False,
+                    owner=self.owner,
+                    invoke=lambda args: self.read_resource(str(args.get("uri", ""))),
+                )
+            )
+        if self._allowed_prompts:
+            handles.append(
+                ToolHandle(
+                    name=f"{prefix}_get_prompt",
+                    tool="prompts/get",
+                    server=self.server,
+                    description=f"Get one prompt of server '{self.server}'. Allowed names: "
+                    + ", ".join(self._allowed_prompts),
+                    input_schema={
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "enum": list(self._allowed_prompts)},
+                            "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+                        },
+                        "required": ["name"],
+                        "additionalProperties": False,
+                    },
+                    annotations=read_only,
+                    requires_approval=False,
+                    owner=self.owner,
+                    invoke=lambda args: self.get_prompt(str(args.get("name", "")), args.get("arguments")),
+                )
+            )
+        return handles
+
+    # ------------------------------------------------------------------ audit
+    def _audit(self, event: str, **fields: Any) -> None:
+        log = self.policy.audit_log
+        if log is None:
+            return
+        owner = current_owner() or self.owner
+        try:
+            log.write(event, owner=str(owner), agent_id=owner.agent_id, server=self.server, **fields)
+        except OSError as exc:  # an audit failure must be visible, never silent
+            raise BridgeError(f"could not write the audit log {str(log.path)!r}: {exc}") from None
+
+
+def _bind_call(conn: AsyncMcpConnection, name: str) -> Callable[[dict[str, Any]], Awaitable[ToolResult]]:
+    async def invoke(arguments: dict[str, Any]) -> ToolResult:
+        return await conn.call_tool(name, arguments)
+
+    return invoke
+
+
+def _structured_problem(schema: Mapping[str, Any], structured: dict[str, Any] | None) -> str | None:
+    if structured is None:
+        return "the tool declares an output schema but returned no structured content"
+    try:
+        validator_cls = jsonschema.validators.validator_for(schema)
+        errors = sorted(validator_cls(schema).iter_errors(structured), key=lambda e: list(e.path))
+    except jsonschema.exceptions.SchemaError as exc:
+        return f"the tool's output schema is itself invalid: {exc.message}"
+    if errors:
+        error = errors[0]
+        where = "/".join(map(str, error.path)) or "(root)"
+        return f"{where}: {error.message}"
+    return None

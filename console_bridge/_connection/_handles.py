@@ -1,0 +1,107 @@
+"""Tool handles: what a host hands to a model framework, one per exposed tool."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, NoReturn
+
+from console_bridge._identity import Owner, check_owner
+from console_bridge._results import ToolResult
+
+__all__ = ["ToolHandle", "refuse_copy"]
+
+Invoke = Callable[[dict[str, Any]], Awaitable[ToolResult]]
+BlockingInvoke = Callable[[dict[str, Any]], ToolResult]
+
+
+def refuse_copy(obj: object) -> NoReturn:
+    raise TypeError(
+        f"{type(obj).__name__} is live process state and cannot be pickled or copied; "
+        "create a new one from its configuration instead"
+    )
+
+
+class ToolHandle:
+    """One exposed tool, bound to its connection and owner.
+
+    ``name`` is what the model sees (prefixed when a prefix was asked for); ``tool``
+    the server's name; ``description`` the sanitized description. Call it with
+    ``await handle({"arg": ...})``; handles from blocking classes also offer
+    ``handle.call({...})``.
+    """
+
+    __slots__ = (
+        "_blocking",
+        "_invoke",
+        "annotations",
+        "description",
+        "input_schema",
+        "name",
+        "owner",
+        "requires_approval",
+        "server",
+        "tool",
+    )
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        tool: str,
+        server: str,
+        description: str,
+        input_schema: Mapping[str, Any],
+        annotations: Mapping[str, Any],
+        requires_approval: bool,
+        owner: Owner,
+        invoke: Invoke,
+        blocking: BlockingInvoke | None = None,
+    ) -> None:
+        self.name = name
+        self.tool = tool
+        self.server = server
+        self.description = description
+        self.input_schema: dict[str, Any] = dict(input_schema)
+        self.annotations: dict[str, Any] = dict(annotations)
+        self.requires_approval = requires_approval
+        self.owner = owner
+        self._invoke = invoke
+        self._blocking = blocking
+
+    def __repr__(self) -> str:
+        return f"<ToolHandle {self.name!r} server={self.server!r} owner={self.owner!s}>"
+
+    async def __call__(self, arguments: Mapping[str, Any] | None = None) -> ToolResult:
+        check_owner(self.owner, f"tool {self.name!r}")
+        return await self._invoke(dict(arguments or {}))
+
+    def call(self, arguments: Mapping[str, Any] | None = None) -> ToolResult:
+        """Blocking call; only for handles from blocking classes (``McpConnection``, ``Console``)."""
+        if self._blocking is None:
+            raise TypeError(f"{self!r} comes from an async class: use `await handle(arguments)`")
+        check_owner(self.owner, f"tool {self.name!r}")
+        return self._blocking(dict(arguments or {}))
+
+    def with_blocking(self, blocking: BlockingInvoke, invoke: Invoke) -> ToolHandle:
+        """A copy whose calls go through a blocking portal."""
+        return ToolHandle(
+            name=self.name,
+            tool=self.tool,
+            server=self.server,
+            description=self.description,
+            input_schema=self.input_schema,
+            annotations=self.annotations,
+            requires_approval=self.requires_approval,
+            owner=self.owner,
+            invoke=invoke,
+            blocking=blocking,
+        )
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __copy__(self) -> NoReturn:
+        refuse_copy(self)

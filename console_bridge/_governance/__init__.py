@@ -1,0 +1,1 @@
+"""Pure governance: policy decisions, schema pins, description scanning, output caps, audit writer."""

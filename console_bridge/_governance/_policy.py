@@ -1,0 +1,141 @@
+"""The governance policy and its pure decisions: which tools are exposed, which need approval."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from console_bridge._identity import Owner
+
+if TYPE_CHECKING:
+    from console_bridge._governance._audit import AuditLog
+
+__all__ = ["ApprovalRequest", "Exposure", "Policy", "exposure", "is_positively_read_only", "run_approver"]
+
+Mode = Literal["read_only", "read_write"]
+PinMode = Literal["strict", "on_change", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What the approval gate is asked about.
+
+    ``reason`` is one or more of ``"write-like"``, ``"unannotated"``, ``"flagged description"``
+    (joined with ``", "``), or ``"policy"`` when the policy asks for every call.
+    """
+
+    tool: str
+    arguments: Mapping[str, Any]
+    annotations: Mapping[str, Any]
+    reason: str
+    owner: Owner | None
+    server: str
+    flags: tuple[str, ...] = ()
+
+
+Approver = Callable[[ApprovalRequest], bool | Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Governance for every tool reached through a connection.
+
+    Example::
+
+        policy = Policy(mode="read_write", approve=lambda req: req.tool == "write_note",
+                        audit="audit.jsonl")
+
+    - ``mode="read_only"`` (default) exposes only tools annotated ``readOnlyHint: true``
+      (and not destructive or open-world).
+    - ``read_write`` with ``approve_writes`` sends every call of a tool that is not
+      positively read-only through ``approve``; without ``approve`` those calls raise
+      ``ApprovalDenied``.
+    - ``pin_schemas``: ``strict`` re-lists before every call, ``on_change`` after a
+      ``tools/list_changed`` notification, ``off`` never; a change raises ``SchemaDrift``.
+    - ``sanitize_descriptions``: flagged tools need approval and get a neutral description.
+    - ``audit``: an :class:`AuditLog` or a path for one.
+    - ``max_bytes``: cap on a result's text plus encoded binary content.
+    """
+
+    mode: Mode = "read_only"
+    approve: Approver | None = None
+    approve_writes: bool = True
+    pin_schemas: PinMode = "strict"
+    sanitize_descriptions: bool = True
+    audit: AuditLog | str | os.PathLike[str] | None = None
+    max_bytes: int = 1_000_000
+    max_description_chars: int = 2000
+    _audit_log: AuditLog | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("read_only", "read_write"):
+            raise ValueError(f"Policy.mode must be 'read_only' or 'read_write', not {self.mode!r}")
+        if self.pin_schemas not in ("strict", "on_change", "off"):
+            raise ValueError(f"Policy.pin_schemas must be 'strict', 'on_change' or 'off', not {self.pin_schemas!r}")
+        if self.approve is not None and not callable(self.approve):
+            raise TypeError("Policy.approve must be a callable taking an ApprovalRequest")
+        if not isinstance(self.max_bytes, int) or self.max_bytes < 1024:
+            raise ValueError(f"Policy.max_bytes must be an int of at least 1024, not {self.max_bytes!r}")
+        from console_bridge._governance._audit import AuditLog
+
+        log = self.audit
+        if log is not None and not isinstance(log, AuditLog):
+            if not isinstance(log, str | os.PathLike):
+                raise TypeError("Policy.audit must be an AuditLog, a path, or None")
+            log = AuditLog(log)
+        object.__setattr__(self, "_audit_log", log)
+
+    @property
+    def audit_log(self) -> AuditLog | None:
+        """The :class:`AuditLog` records go to, or None."""
+        return self._audit_log
+
+
+def is_positively_read_only(annotations: Mapping[str, Any] | None) -> bool:
+    """True only when the tool says ``readOnlyHint: true`` and nothing write-like."""
+    if not annotations:
+        return False
+    return (
+        annotations.get("readOnlyHint") is True
+        and annotations.get("destructiveHint") is not True
+        and annotations.get("openWorldHint") is not True
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Exposure:
+    """The policy's decision about one tool."""
+
+    exposed: bool
+    needs_approval: bool
+    reasons: tuple[str, ...]  # why it is not read-only / why it needs approval
+
+
+def exposure(policy: Policy, annotations: Mapping[str, Any] | None, flags: tuple[str, ...]) -> Exposure:
+    """Decide whether a tool is exposed and whether each call needs approval."""
+    reasons: list[str] = []
+    read_only = is_positively_read_only(annotations)
+    if not read_only:
+        reasons.append("unannotated" if not annotations or "readOnlyHint" not in annotations else "write-like")
+    if flags:
+        reasons.append("flagged description")
+    if policy.mode == "read_only" and not read_only:
+        return Exposure(False, False, tuple(reasons))
+    needs = bool(flags) or (not read_only and policy.approve_writes)
+    return Exposure(True, needs, tuple(reasons))
+
+
+async def run_approver(approve: Approver | None, request: ApprovalRequest) -> tuple[bool, str | None]:
+    """Ask the gate; returns (approved, error text). An exception counts as a denial."""
+    if approve is None:
+        return False, None
+    try:
+        verdict = approve(request)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as exc:  # a failing gate must deny, never allow
+        return False, f"{type(exc).__name__}: {exc}"
+    return verdict is True, None

@@ -1,0 +1,105 @@
+"""The blocking portal: one event loop on one background thread per blocking object.
+
+Blocking classes (``McpConnection``, ``Console``) build their async twin inside
+the portal's loop and forward every method through it, so they work in a plain
+script, inside a running event loop (Jupyter, ``asyncio.run``) and from several
+threads, each with its own object. The thread stops when the object closes, when
+it is garbage collected, or at interpreter exit (``weakref.finalize``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from concurrent.futures import CancelledError as FutureCancelled
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import anyio.from_thread
+from anyio.from_thread import BlockingPortal
+
+from console_bridge._connection._handles import ToolHandle
+from console_bridge._errors import ConnectionClosed
+from console_bridge._identity import check_owner
+from console_bridge._results import ToolResult
+
+__all__ = ["Portal"]
+
+T = TypeVar("T")
+
+
+def _stop(cm: Any, closer: Callable[[], Awaitable[None]] | None, portal: BlockingPortal) -> None:
+    """Close the async object (bounded by its own shutdown bounds), then stop the loop thread."""
+    if closer is not None:
+        with contextlib.suppress(Exception):
+            portal.call(closer)
+    with contextlib.suppress(Exception):
+        cm.__exit__(None, None, None)
+
+
+class Portal:
+    """A loop thread owned by one blocking object."""
+
+    def __init__(self, owner: object, what: str) -> None:
+        self._what = what
+        self._cm = anyio.from_thread.start_blocking_portal(backend="asyncio")
+        self._portal: BlockingPortal = self._cm.__enter__()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._closer: Callable[[], Awaitable[None]] | None = None
+        self._finalizer = weakref.finalize(owner, self._finalize_args)
+
+    def _finalize_args(self) -> None:
+        # Replaced in set_closer; kept so finalize always has something safe to run.
+        _stop(self._cm, self._closer, self._portal)
+
+    def set_closer(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """What to await before the thread stops (the async object's ``close``)."""
+        self._closer = closer
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def run_sync(self, fn: Callable[[], T]) -> T:
+        """Run the plain callable ``fn`` in the loop thread and wait (to build async objects there)."""
+        if self._closed:
+            raise ConnectionClosed(f"{self._what} is closed; create a new one")
+        return self._portal.call(fn)
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``await fn(*args)`` in the loop and wait. Ctrl-C cancels the task, then re-raises."""
+        if self._closed:
+            raise ConnectionClosed(f"{self._what} is closed; create a new one")
+        future: Future[T] = self._portal.start_task_soon(fn, *args)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            future.cancel()
+            with contextlib.suppress(FutureCancelled, Exception):
+                future.result(timeout=10)
+            raise
+
+    def stop(self) -> None:
+        """Close the async object and stop the thread (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._finalizer.detach()
+        _stop(self._cm, self._closer, self._portal)
+
+    def blocking_handle(self, handle: ToolHandle) -> ToolHandle:
+        """A handle whose calls run in this portal's loop (``handle.call`` blocks)."""
+        async_invoke = handle._invoke
+
+        def call(arguments: dict[str, Any]) -> ToolResult:
+            return self.call(async_invoke, arguments)
+
+        async def invoke(arguments: dict[str, Any]) -> ToolResult:
+            check_owner(handle.owner, f"tool {handle.name!r}")
+            return await anyio.to_thread.run_sync(call, arguments, abandon_on_cancel=False)
+
+        return handle.with_blocking(call, invoke)

@@ -1,0 +1,115 @@
+"""Results of tool calls and console cells, and the images they carry."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CellResult", "Image", "ToolResult", "result_from_content"]
+
+_PNG = "image/png"
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image returned by a tool (a plot, say). Renders inline in Jupyter when PNG."""
+
+    mime_type: str
+    data: bytes
+
+    def _repr_png_(self) -> bytes | None:
+        return self.data if self.mime_type == _PNG else None
+
+    def __repr__(self) -> str:
+        return f"Image(mime_type={self.mime_type!r}, {len(self.data)} bytes)"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call returned.
+
+    ``text`` joins the text blocks; ``content`` holds every MCP content block as a
+    JSON-ready dict; ``images`` the decoded images; ``structured`` the structured
+    content, if any; ``truncated`` is true when the output cap cut something (a
+    visible marker says so in ``text``).
+    """
+
+    text: str
+    content: list[dict[str, Any]] = field(default_factory=list)
+    images: list[Image] = field(default_factory=list)
+    structured: dict[str, Any] | None = None
+    is_error: bool = False
+    truncated: bool = False
+    server: str = ""
+    tool: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class CellResult(ToolResult):
+    """One observation of a console cell.
+
+    ``running`` is true when the observation window ended before the cell finished
+    (poll again); ``elapsed`` is the wall time of this observation in seconds.
+    ``waiting_for_input``/``prompt`` are set when the cell asks for stdin.
+    """
+
+    running: bool = False
+    elapsed: float = 0.0
+    waiting_for_input: bool = False
+    prompt: str | None = None
+    worker_exited: bool = False
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = {"text/plain": self.text}
+        pngs = [image.data for image in self.images if image.mime_type == _PNG]
+        if pngs:
+            # One PNG per bundle is the Jupyter convention; the rest are in the HTML.
+            bundle["image/png"] = base64.b64encode(pngs[0]).decode("ascii")
+            if len(pngs) > 1:
+                imgs = "".join(
+                    f'<img src="data:image/png;base64,{base64.b64encode(p).decode("ascii")}"/>' for p in pngs
+                )
+                bundle["text/html"] = f"<pre>{_html_escape(self.text)}</pre>{imgs}"
+        return bundle
+
+
+def _html_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def decode_image(block: dict[str, Any]) -> Image | None:
+    """The :class:`Image` of an MCP image block, or None when its data is not base64."""
+    try:
+        data = base64.b64decode(str(block.get("data", "")), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return Image(mime_type=str(block.get("mimeType", "application/octet-stream")), data=data)
+
+
+def result_from_content(
+    content: list[dict[str, Any]],
+    *,
+    structured: dict[str, Any] | None,
+    is_error: bool,
+    truncated: bool,
+    server: str,
+    tool: str,
+) -> ToolResult:
+    """Build a :class:`ToolResult` from JSON content blocks."""
+    texts = [str(block.get("text", "")) for block in content if block.get("type") == "text"]
+    images = [img for block in content if block.get("type") == "image" if (img := decode_image(block))]
+    return ToolResult(
+        text="\n".join(texts),
+        content=content,
+        images=images,
+        structured=structured,
+        is_error=is_error,
+        truncated=truncated,
+        server=server,
+        tool=tool,
+    )

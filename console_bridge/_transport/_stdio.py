@@ -1,0 +1,199 @@
+"""A hardened stdio child: replacement environment, own process group, piped stderr
+kept in a bounded ring, descendants recorded, and a shutdown that leaves no survivor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import mcp_types
+from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+from console_bridge._transport._process import SNAPSHOT_INTERVAL, ProcessTree
+
+__all__ = ["MAX_MESSAGE_BYTES", "StderrRing", "StdioChild", "base_environment", "open_stdio"]
+
+#: Environment variables a stdio child inherits from the host (plus ``LC_*``).
+INHERITED_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
+
+#: A single JSON-RPC line larger than this ends the connection (a runaway server).
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+def base_environment(host: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The short allowlist of host variables a child gets: PATH, HOME, LANG, LC_*, TMPDIR."""
+    host = os.environ if host is None else host
+    env = {key: host[key] for key in INHERITED_ENV if key in host}
+    env.update({key: value for key, value in host.items() if key.startswith("LC_")})
+    return env
+
+
+@dataclass
+class StderrRing:
+    """The last ``limit`` bytes a child wrote on stderr."""
+
+    limit: int = 64 * 1024
+    _buffer: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self._buffer += chunk
+        if len(self._buffer) > self.limit:
+            del self._buffer[: len(self._buffer) - self.limit]
+
+    def text(self) -> str:
+        return self._buffer.decode("utf-8", errors="replace")
+
+
+@dataclass
+class StdioChild:
+    """A running child and the streams the MCP session reads and writes."""
+
+    process: Process
+    tree: ProcessTree
+    stderr: StderrRing
+    read_stream: MemoryObjectReceiveStream[SessionMessage | Exception]
+    write_stream: MemoryObjectSendStream[SessionMessage]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def kill_now(self) -> None:
+        """SIGKILL the whole tree at once (cancel)."""
+        self.tree.kill_now()
+
+
+def _parse(line: bytes) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        preview = line[:200].decode("utf-8", errors="replace")
+        return ValueError(f"the server wrote a line that is not a JSON-RPC message: {preview!r} ({exc})")
+
+
+@asynccontextmanager
+async def open_stdio(
+    command: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None,
+    stderr_limit: int,
+    shutdown_grace: float,
+) -> AsyncIterator[StdioChild]:
+    """Start ``command`` and yield a :class:`StdioChild`; on exit stop it and every descendant.
+
+    Raises OSError when the spawn fails. Shutdown is shielded and bounded: close
+    stdin, wait ``shutdown_grace`` for the child to exit, SIGTERM the group and the
+    recorded descendants, wait ``shutdown_grace`` again, SIGKILL what is left.
+    """
+    process = await anyio.open_process(
+        [command, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    tree = ProcessTree(process.pid)
+    ring = StderrRing(stderr_limit)
+    to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](16)
+    child = StdioChild(process, tree, ring, read_stream, write_stream)
+
+    async def read_stdout() -> None:
+        assert process.stdout is not None
+        pieces: list[bytes] = []
+        size = 0
+        async with to_session:
+            with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                async for chunk in process.stdout:
+                    start = 0
+                    while (end := chunk.find(b"\n", start)) >= 0:
+                        pieces.append(chunk[start:end])
+                        line = b"".join(pieces)
+                        pieces, size = [], 0
+                        start = end + 1
+                        if line.strip():
+                            await to_session.send(_parse(line))
+                    pieces.append(chunk[start:])
+                    size += len(chunk) - start
+                    if size > MAX_MESSAGE_BYTES:
+                        await to_session.send(ValueError(f"a message exceeded {MAX_MESSAGE_BYTES} bytes"))
+                        return
+
+    async def read_stderr() -> None:
+        assert process.stderr is not None
+        with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async for chunk in process.stderr:
+                ring.feed(chunk)
+
+    async def write_stdin() -> None:
+        assert process.stdin is not None
+        async with from_session:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                async for message in from_session:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send(data.encode("utf-8") + b"\n")
+            # The session closed its write side: close the child's stdin (clean shutdown).
+            with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await process.stdin.aclose()
+
+    async def record_tree() -> None:
+        while process.returncode is None:
+            tree.snapshot()
+            await anyio.sleep(SNAPSHOT_INTERVAL)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_stdout)
+            tg.start_soon(read_stderr)
+            tg.start_soon(write_stdin)
+            tg.start_soon(record_tree)
+            try:
+                yield child
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _shutdown(child, shutdown_grace)
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if tree.survivors():  # only reached when the task group itself failed
+                tree.kill_now()
+                await tree.wait_gone(shutdown_grace)
+            for stream in (process.stdin, process.stdout, process.stderr):
+                if stream is not None:
+                    with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                        await stream.aclose()
+            with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                await process.aclose()
+
+
+async def _shutdown(child: StdioChild, grace: float) -> None:
+    process, tree = child.process, child.tree
+    tree.snapshot()
+    child.write_stream.close()
+    if process.stdin is not None:
+        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()
+    with anyio.move_on_after(grace):
+        while process.returncode is None:
+            await anyio.sleep(0.005)
+    if tree.survivors():
+        await tree.terminate(grace)
