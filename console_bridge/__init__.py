@@ -14,6 +14,9 @@ for the tree.
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Page
 from console_bridge._connection._blocking import McpConnection
 from console_bridge._connection._handles import ToolHandle
+from console_bridge._console._blocking import Console
+from console_bridge._console._recordings import Recording, Recordings
+from console_bridge._console._session import AsyncConsole, ConsoleStatus
 from console_bridge._errors import (
     ApprovalDenied,
     BridgeError,
@@ -42,6 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ApprovalDenied",
     "ApprovalRequest",
+    "AsyncConsole",
     "AsyncMcpConnection",
     "AuditLog",
     "BridgeError",
@@ -51,6 +55,8 @@ __all__ = [
     "CellTimeout",
     "ConnectionClosed",
     "ConnectionStatus",
+    "Console",
+    "ConsoleStatus",
     "DependenciesRefused",
     "Desynchronized",
     "Image",
@@ -61,6 +67,8 @@ __all__ = [
     "OwnerMismatch",
     "Page",
     "Policy",
+    "Recording",
+    "Recordings",
     "SandboxMismatch",
     "SchemaDrift",
     "ServerError",

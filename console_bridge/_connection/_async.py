@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import time
@@ -723,6 +724,7 @@ class AsyncMcpConnection:
         except (TimeoutError, MCPError, ServerError) as exc:
             if self._close_error is not None:
                 raise self._closed_error(f"tool {name!r}") from None
+            self._tools_changed = True  # nothing was verified: the next call re-lists again
             why = "timed out" if isinstance(exc, TimeoutError) else f"failed ({exc})"
             self._revoke(name, f"the re-listing that verifies its pinned schema {why}")
             raise SchemaDrift(
@@ -815,15 +817,20 @@ class AsyncMcpConnection:
             "call_start", tool=name, args_sha256=sha256_json(args), args_bytes=len(repr(args)), content_arguments=args
         )
 
+        async def verify(s: ClientSession) -> None:
+            await self._verify_pins(s, name)
+
         async def call(s: ClientSession) -> mcp_types.CallToolResult:
-            pin = self.policy.pin_schemas
-            if pin == "strict" or (pin == "on_change" and self._tools_changed):
-                self._tools_changed = False
-                await self._verify_pins(s, name)
             request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=args))
             return await s.send_request(request, mcp_types.CallToolResult)
 
         try:
+            pin = self.policy.pin_schemas
+            if pin == "strict" or (pin == "on_change" and self._tools_changed):
+                self._tools_changed = False
+                # The re-listing bounds itself by `timeout`: a slow or failing re-list is SchemaDrift
+                # (the tool is revoked, the connection stays open), not a CallTimeout.
+                await self._request(f"tool {name!r} (pin check)", verify, timeout=math.inf, hold=False)
             result = await self._request(f"tool {name!r}", call, hold=False)
         except BridgeError as exc:
             self._audit(

@@ -1,0 +1,121 @@
+"""``Console``: the blocking twin of :class:`AsyncConsole`, a thin portal (works inside Jupyter)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from console_bridge._connection._handles import ToolHandle, refuse_copy
+from console_bridge._console._recordings import Recording
+from console_bridge._console._session import AsyncConsole, ConsoleStatus
+from console_bridge._errors import BridgeError
+from console_bridge._identity import check_owner
+from console_bridge._portal import Portal
+from console_bridge._results import CellResult
+
+__all__ = ["Console"]
+
+
+class Console:
+    """Blocking twin of :class:`AsyncConsole`: same arguments, same methods, blocking.
+
+    Usable in scripts, in Jupyter (inside a running event loop) and from threads (one
+    object per thread). Ctrl-C during :meth:`run` interrupts the cell, keeps the
+    session and re-raises ``KeyboardInterrupt``. Example::
+
+        with Console("analysis/") as console:
+            print(console.run(python="1 + 1").text)
+    """
+
+    def __init__(self, workspace: Any = ".", **kwargs: Any) -> None:
+        self._portal = Portal(self, "Console")
+        try:
+            self._async: AsyncConsole = self._portal.run_sync(lambda: AsyncConsole(workspace, **kwargs))
+        except BaseException:
+            self._portal.stop()
+            raise
+        self._portal.set_closer(self._async.close)
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __copy__(self) -> NoReturn:
+        refuse_copy(self)
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("AsyncConsole", "Console")
+
+    def __enter__(self) -> Console:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Plain attributes (workspace, languages, poll_window, ...) read through; methods are explicit below.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        value = getattr(self._async, name)
+        if callable(value):
+            raise AttributeError(name)
+        return value
+
+    def _check(self) -> None:
+        check_owner(self._async.owner, "console")
+
+    def start(self) -> None:
+        self._check()
+        self._portal.call(self._async.start)
+
+    def close(self) -> None:
+        """Close cleanly (recording finalized) and stop the loop thread. Idempotent."""
+        self._portal.stop()
+
+    def cancel(self) -> None:
+        """Kill the session at once. Idempotent."""
+        if not self._portal.closed:
+            self._portal.call(self._async.cancel)
+        self._portal.stop()
+
+    def status(self) -> ConsoleStatus:
+        return self._async.status()
+
+    @property
+    def recording(self) -> Recording | None:
+        return self._async.recording
+
+    def send(self, **kwargs: Any) -> CellResult:
+        self._check()
+        return self._portal.call(lambda: self._async.send(**kwargs))
+
+    def poll(self, timeout_ms: int | None = None) -> CellResult:
+        self._check()
+        return self._portal.call(self._async.poll, timeout_ms)
+
+    def run(self, *, on_output: Callable[[CellResult], Any] | None = None, **kwargs: Any) -> CellResult:
+        """Run a cell to completion (see :meth:`AsyncConsole.run`). ``on_output`` runs in the caller's
+        process but on the console's loop thread."""
+        self._check()
+        try:
+            return self._portal.call(lambda: self._async.run(on_output=on_output, **kwargs))
+        except KeyboardInterrupt:
+            with contextlib.suppress(BridgeError):
+                self._portal.call(self._async.interrupt)
+            raise
+
+    def interrupt(self) -> CellResult:
+        self._check()
+        return self._portal.call(self._async.interrupt)
+
+    def restart(self) -> CellResult:
+        self._check()
+        return self._portal.call(self._async.restart)
+
+    def tools(self) -> list[ToolHandle]:
+        self._check()
+        return [self._portal.blocking_handle(h) for h in self._async.tools()]

@@ -1,0 +1,65 @@
+"""Reading mcp-console's response notices (pure): running, idle, input prompts, worker exits."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["CellNotice", "read_notices"]
+
+RUNNING = "[running; poll with an empty send]"
+IDLE = "[idle]"
+WAITING = "[waiting for stdin]"
+BUSY = "[worker is already evaluating a cell"
+RESTART_REQUIRED = "explicit restart required]"
+_ELAPSED = re.compile(r"^\[elapsed: [^\]]*\]$")
+_PROMPT = re.compile(r'^\[input requested: "(?P<prompt>.*)"\]$')
+_EXITED = re.compile(r"^\[worker exited with status (?P<status>-?\d+)\]$")
+
+
+@dataclass(frozen=True, slots=True)
+class CellNotice:
+    """What the notices in one response say, and the output with the status notices removed."""
+
+    output: str
+    running: bool
+    idle: bool
+    waiting_for_input: bool
+    prompt: str | None
+    worker_exited: bool
+    exit_status: int | None
+    restart_required: bool
+
+
+def read_notices(text: str) -> CellNotice:
+    """Split one ``send`` response into output and state notices."""
+    lines = text.split("\n")
+    kept: list[str] = []
+    running = idle = waiting = exited = restart = False
+    prompt: str | None = None
+    status: int | None = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped == RUNNING:
+            running = True
+        elif stripped == IDLE:
+            idle = True
+        elif stripped == WAITING:
+            waiting = True
+        elif _ELAPSED.match(stripped):
+            pass
+        elif match := _PROMPT.match(stripped):
+            prompt = match.group("prompt")
+            waiting = True
+        else:
+            if match := _EXITED.match(stripped):
+                exited, status = True, int(match.group("status"))
+            if stripped.endswith(RESTART_REQUIRED):
+                restart = True
+            kept.append(line)
+    output = "\n".join(kept)
+    if running or idle or waiting:
+        output = output.rstrip("\n")
+        if output and text.startswith(output) and not output.endswith("\n") and "\n" in text[len(output) :]:
+            output += "\n"
+    return CellNotice(output, running, idle, waiting, prompt, exited, status, restart)

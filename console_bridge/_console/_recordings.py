@@ -1,0 +1,232 @@
+"""mcp-console session recordings: finding, listing, pruning and exporting them (0.0.5 and 0.0.6 layouts)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+import builtins
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import psutil
+
+from console_bridge._errors import BridgeError, NotAllowed
+
+__all__ = ["Recording", "Recordings", "default_recordings_root", "find_recording"]
+
+FINISHED = "## Recording finished"
+_RUN_ID = re.compile(r"^(?P<ts>\d{8}T\d{6})(?:\.(?P<frac>\d+))?Z-(?P<pid>\d{10})$")
+_TRANSCRIPTS = ("transcript.md", "transcript.qmd")
+_EVENTS = ("capture/events.jsonl", "internal/events.jsonl")
+
+
+def default_recordings_root() -> Path:
+    """Where sessions record by default (a platformdirs user-data folder)."""
+    return Path(platformdirs.user_data_dir("console-bridge")) / "recordings"
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """One session's recording folder (read-only view; state is read from disk on each access)."""
+
+    run_id: str
+    path: Path
+
+    @property
+    def pid(self) -> int | None:
+        match = _RUN_ID.match(self.run_id)
+        return int(match.group("pid")) if match else None
+
+    @property
+    def started_at(self) -> dt.datetime | None:
+        match = _RUN_ID.match(self.run_id)
+        if not match:
+            return None
+        stamp = dt.datetime.strptime(match.group("ts"), "%Y%m%dT%H%M%S").replace(tzinfo=dt.UTC)
+        micros = int((match.group("frac") or "0")[:6].ljust(6, "0"))
+        return stamp.replace(microsecond=micros)
+
+    @property
+    def transcript(self) -> Path | None:
+        for name in _TRANSCRIPTS:
+            candidate = self.path / name
+            if candidate.is_file():
+                return candidate
+        return None
+
+    @property
+    def layout(self) -> str:
+        """``"0.0.6"`` (transcript.md, capture/) or ``"0.0.5"`` (transcript.qmd, internal/)."""
+        return "0.0.6" if (self.path / "capture").is_dir() or (self.path / "transcript.md").exists() else "0.0.5"
+
+    @property
+    def finalized(self) -> bool:
+        """True once the server shut down cleanly and closed the recording."""
+        transcript = self.transcript
+        if transcript is None:
+            return False
+        try:
+            if transcript.name == "transcript.md":
+                return transcript.read_text(encoding="utf-8", errors="replace").rstrip().endswith(FINISHED)
+            # 0.0.5: the transcript becomes read-only once finalized.
+            return not (transcript.stat().st_mode & stat.S_IWUSR)
+        except OSError:
+            return False
+
+    @property
+    def live(self) -> bool:
+        """The server that writes it still runs and it is not finalized."""
+        pid = self.pid
+        if pid is None or self.finalized:
+            return False
+        try:
+            proc = psutil.Process(pid)
+            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and "mcp-console" in proc.name()
+        except psutil.Error:
+            return False
+
+    @property
+    def size_bytes(self) -> int:
+        total = 0
+        for root, _dirs, files in os.walk(self.path):
+            for name in files:
+                try:
+                    total += (Path(root) / name).lstat().st_size
+                except OSError:
+                    continue
+        return total
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The recorded events (JSON Lines), oldest first."""
+        for name in _EVENTS:
+            candidate = self.path / name
+            if candidate.is_file():
+                with open(candidate, encoding="utf-8", errors="replace") as handle:
+                    for line in handle:
+                        if line.strip():
+                            try:
+                                yield json.loads(line)
+                            except json.JSONDecodeError:
+                                continue
+                return
+
+
+def find_recording(base: Path, pid: int) -> Recording | None:
+    """The recording of the server with ``pid`` under ``base``, via the run-id's PID suffix."""
+    sessions = base / "sessions"
+    suffix = f"-{pid:010d}"
+    try:
+        matches = sorted(p for p in sessions.iterdir() if p.is_dir() and p.name.endswith(suffix))
+    except OSError:
+        return None
+    return Recording(matches[-1].name, matches[-1]) if matches else None
+
+
+def _remove(path: Path) -> None:
+    def make_writable(func: Any, target: str, _exc: Any) -> None:
+        os.chmod(os.path.dirname(target), 0o700)
+        os.chmod(target, 0o700)
+        func(target)
+
+    for root, dirs, _files in os.walk(path):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o700)
+    os.chmod(path, 0o700)
+    shutil.rmtree(path, onerror=make_writable)
+
+
+class Recordings:
+    """The recordings under one root (default: console-bridge's user-data folder).
+
+    Example::
+
+        recs = Recordings()
+        for rec in recs.list()[:5]:
+            print(rec.run_id, rec.finalized, rec.size_bytes)
+        recs.prune(keep_last=20)
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root).expanduser().absolute() if root is not None else default_recordings_root()
+
+    def __repr__(self) -> str:
+        return f"Recordings({str(self.root)!r})"
+
+    def list(self) -> list[Recording]:
+        """Every recording, newest first."""
+        sessions = self.root / "sessions"
+        if not sessions.is_dir():
+            return []
+        found = [Recording(p.name, p) for p in sessions.iterdir() if p.is_dir() and _RUN_ID.match(p.name)]
+        return sorted(found, key=lambda rec: rec.run_id, reverse=True)
+
+    def get(self, run_id: str) -> Recording:
+        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+            raise NotAllowed(f"{run_id!r} is not a recording run-id (like 20261129T181911.868300580Z-0000007855)")
+        path = self.root / "sessions" / run_id
+        if not path.is_dir():
+            raise BridgeError(f"no recording {run_id!r} under {str(self.root)!r}; see Recordings().list()")
+        return Recording(run_id, path)
+
+    def delete(self, run_id: str) -> Recording:
+        """Delete one recording; a live one (its server still runs) is refused."""
+        recording = self.get(run_id)
+        if recording.live:
+            raise NotAllowed(f"recording {run_id!r} is live (its server pid {recording.pid} runs); close it first")
+        _remove(recording.path)
+        return recording
+
+    def prune(
+        self,
+        *,
+        older_than: dt.timedelta | None = None,
+        keep_last: int | None = None,
+        max_total_bytes: int | None = None,
+        dry_run: bool = False,
+    ) -> builtins.list[Recording]:
+        """Delete recordings by age, count and total size; never a live one. Returns what went."""
+        if keep_last is not None and keep_last < 0:
+            raise NotAllowed("keep_last must be >= 0")
+        recordings = self.list()
+        now = dt.datetime.now(dt.UTC)
+        doomed: dict[str, Recording] = {}
+        for index, rec in enumerate(recordings):
+            if keep_last is not None and index >= keep_last:
+                doomed[rec.run_id] = rec
+            started = rec.started_at
+            if older_than is not None and started is not None and now - started > older_than:
+                doomed[rec.run_id] = rec
+        if max_total_bytes is not None:
+            total = 0
+            for rec in recordings:
+                if rec.run_id in doomed:
+                    continue
+                total += rec.size_bytes
+                if total > max_total_bytes:
+                    doomed[rec.run_id] = rec
+        removed = []
+        for rec in recordings:
+            if rec.run_id in doomed and not rec.live:
+                if not dry_run:
+                    _remove(rec.path)
+                removed.append(rec)
+        return removed
+
+    def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
+        """Write one recording as a single ``.tar.gz`` archive; returns its path."""
+        recording = self.get(run_id)
+        target = Path(dest).expanduser()
+        if target.is_dir():
+            target = target / f"{run_id}.tar.gz"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(target, "w:gz") as archive:
+            archive.add(recording.path, arcname=run_id)
+        return target

@@ -1,0 +1,700 @@
+"""``AsyncConsole``: a verified, governed mcp-console session for one workspace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+import anyio
+import platformdirs
+
+from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
+from console_bridge._connection._handles import ToolHandle, refuse_copy
+from console_bridge._console._cells import BUSY, read_notices
+from console_bridge._console._launch import check_project_config, find_r, split_args, validate_root, worker_python
+from console_bridge._console._profiles import Profile, load_profile, translate
+from console_bridge._console._recordings import Recording, find_recording
+from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
+from console_bridge._console._version import Binary, check_binary, resolve_command
+from console_bridge._errors import (
+    ApprovalDenied,
+    Busy,
+    CellTimeout,
+    ConnectionClosed,
+    DependenciesRefused,
+    LaunchRefused,
+    NotAllowed,
+    SandboxMismatch,
+    ServerError,
+    VerificationFailed,
+)
+from console_bridge._governance._policy import ApprovalRequest, Policy, run_approver
+from console_bridge._identity import Owner, check_owner, current_owner
+from console_bridge._results import CellResult, ToolResult
+from console_bridge._transport._stdio import base_environment
+
+__all__ = ["AsyncConsole", "ConsoleStatus"]
+
+SERVER = "mcp-console"
+LANGUAGES = ("python", "r", "sql")
+_REFUSED_ENV_PREFIXES = ("MCP_CONSOLE_", "LD_", "DYLD_")
+_REFUSED_ENV = ("TMPDIR",)
+_BRIDGE_NOTE = (
+    "\n\nconsole-bridge: `timeout_ms` is capped at {cap} ms per call. A response that ends with "
+    "`[running; poll with an empty send]` means the cell is still running: call `send` again with no code "
+    '(`{{}}`) to keep watching it, or with `control: "interrupt"` to stop it. `control: "restart"` is '
+    "reserved for the host.{deps}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleStatus:
+    """A snapshot of the session (local state only)."""
+
+    connection: ConnectionStatus | None
+    state: str
+    version: str | None
+    command: str | None
+    workspace: Path
+    profile: str
+    sandbox: dict[str, Any] | None
+    dependencies: str
+    languages: tuple[str, ...]
+    poll_window: float
+    recording: Path | None
+    pid: int | None = None
+    tmpdir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _cell_from(result: ToolResult, elapsed: float, *, is_error: bool = False) -> CellResult:
+    notice = read_notices(result.text)
+    return CellResult(
+        text=result.text,
+        content=result.content,
+        images=result.images,
+        structured=result.structured,
+        is_error=is_error or result.is_error,
+        truncated=result.truncated,
+        server=result.server,
+        tool=result.tool,
+        running=notice.running,
+        elapsed=elapsed,
+        waiting_for_input=notice.waiting_for_input,
+        prompt=notice.prompt,
+        worker_exited=notice.worker_exited,
+    )
+
+
+def _merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -> CellResult:
+    """One result for a whole cell: the outputs (status notices removed) and every image."""
+    last = chunks[-1]
+    text = "".join(read_notices(chunk.text).output for chunk in chunks)
+    return CellResult(
+        text=text,
+        content=[block for chunk in chunks for block in chunk.content],
+        images=[image for chunk in chunks for image in chunk.images],
+        structured=last.structured,
+        is_error=any(chunk.is_error for chunk in chunks),
+        truncated=any(chunk.truncated for chunk in chunks),
+        server=last.server,
+        tool=last.tool,
+        running=running,
+        elapsed=elapsed,
+        waiting_for_input=last.waiting_for_input,
+        prompt=last.prompt,
+        worker_exited=any(chunk.worker_exited for chunk in chunks),
+    )
+
+
+class AsyncConsole:
+    """A governed MCP Console session for one workspace.
+
+    It refuses to run unless everything checks out: a qualified binary, allowlisted
+    launch arguments, no project config unless ``project_config=True``, and an
+    advertised sandbox exactly equal to the requested profile. Example::
+
+        async with AsyncConsole("analysis/", profile="workspace") as console:
+            result = await console.run(python="import pandas as pd; print(pd.__version__)")
+            print(result.text)
+
+    Nothing it starts outlives it: closing stops the server's process tree and
+    removes the session's private ``TMPDIR``; a clean ``close()`` finalizes the
+    recording.
+    """
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str] = ".",
+        *,
+        profile: str | os.PathLike[str] = "read-only",
+        writable_roots: Sequence[str | os.PathLike[str]] = (),
+        dependencies: Literal["deny", "allow"] = "deny",
+        project_config: bool = False,
+        command: str | os.PathLike[str] | None = None,
+        args: Sequence[str] = (),
+        python: str | os.PathLike[str] | None = None,
+        languages: Sequence[str] = ("python", "sql"),
+        env: Mapping[str, str] | None = None,
+        poll_window: float = 30.0,
+        timeout: float = 60.0,
+        startup_timeout: float = 60.0,
+        recordings_dir: str | os.PathLike[str] | None = None,
+        owner: Owner | None = None,
+        policy: Policy | None = None,
+        version_timeout: float = 10.0,
+        shutdown_grace: float = 3.0,
+    ) -> None:
+        ws = Path(workspace).expanduser()
+        if not ws.is_dir():
+            raise LaunchRefused(f"workspace {os.fspath(workspace)!r} is not an existing directory; create it first")
+        self.workspace = ws.resolve()
+        if dependencies not in ("deny", "allow"):
+            raise LaunchRefused(f"dependencies must be 'deny' or 'allow', not {dependencies!r}")
+        if isinstance(languages, str) or not languages or any(lang not in LANGUAGES for lang in languages):
+            raise LaunchRefused(f"languages must be a non-empty sequence drawn from {LANGUAGES}, not {languages!r}")
+        bounds: dict[str, object] = {"poll_window": poll_window, "timeout": timeout, "startup_timeout": startup_timeout}
+        for label, value in bounds.items():
+            if not isinstance(value, int | float) or value <= 0:
+                raise LaunchRefused(f"{label} must be a positive number of seconds, not {value!r}")
+        if owner is not None and not isinstance(owner, Owner):
+            raise LaunchRefused("owner must be an Owner or None")
+        if policy is not None and not isinstance(policy, Policy):
+            raise LaunchRefused("policy must be a console_bridge.Policy or None")
+        self._profile: Profile = load_profile(profile)
+        arg_roots, self._extra_args = split_args(args)
+        self._roots = list(dict.fromkeys([*arg_roots, *(validate_root(r) for r in writable_roots)]))
+        self._env = dict(env or {})
+        for key, value in self._env.items():
+            if not isinstance(key, str) or not isinstance(value, str) or "\x00" in key + value:
+                raise LaunchRefused("env must map strings to strings without NUL bytes")
+            if key in _REFUSED_ENV or key.startswith(_REFUSED_ENV_PREFIXES):
+                raise LaunchRefused(
+                    f"env key {key!r} is controlled by the bridge (it would change the sandbox, the recordings or "
+                    "the loader); remove it"
+                )
+        self.languages = tuple(dict.fromkeys(languages))
+        if "r" in self.languages and find_r() is None:
+            raise LaunchRefused(
+                "languages includes 'r' but R is not installed (no `R` on PATH); install it, e.g. "
+                "`apt-get install r-base-core`, or drop 'r' from languages"
+            )
+        self.dependencies = dependencies
+        self.project_config = project_config
+        self._command = command
+        self._python = python
+        self.poll_window = float(poll_window)
+        self.timeout = float(timeout)
+        self.startup_timeout = float(startup_timeout)
+        self.version_timeout = version_timeout
+        self.shutdown_grace = shutdown_grace
+        self.recordings_dir = Path(recordings_dir).expanduser().absolute() if recordings_dir is not None else None
+        self.owner = owner if owner is not None else Owner("host")
+        self.policy = policy if policy is not None else Policy(pin_schemas="on_change")
+        check_project_config(self.workspace, project_config)
+        self._conn: AsyncMcpConnection | None = None
+        self._binary: Binary | None = None
+        self._tmpdir: Path | None = None
+        self._expected: SandboxPolicy | None = None
+        self._advertised: SandboxPolicy | None = None
+        self._send_schema: dict[str, Any] = {}
+        self._description = ""
+        self._recording: Recording | None = None
+        self._state = "new"
+
+    # ----------------------------------------------------------------- copying
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __copy__(self) -> NoReturn:
+        refuse_copy(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
+
+    # --------------------------------------------------------------- lifecycle
+    async def __aenter__(self) -> AsyncConsole:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def recordings_base(self) -> Path:
+        """Where this session's recording lands: the workspace's .agents/console, else recordings_dir."""
+        local = self.workspace / ".agents" / "console"
+        if local.is_dir():
+            return local
+        if self.recordings_dir is not None:
+            return self.recordings_dir
+        return Path(platformdirs.user_data_dir("console-bridge")) / "recordings"
+
+    def _serve_args(self, binary: Binary, python: Path) -> tuple[list[str], SandboxPolicy]:
+        c_args, expected = translate(self._profile, binary.version, self.workspace, self._roots)
+        argv = ["serve", "--no-global-config" if self.project_config else "--no-config"]
+        argv += ["-c", f"python={python}", *c_args, *self._extra_args]
+        langs = ", ".join(self.languages)
+        argv += ["-c", f"languages=[{langs}]"]
+        if "r" in self.languages:
+            argv += ["-c", "r.resolution=disabled", "-c", "r.packages=[]"]
+        elif "sql" in self.languages and "python" in self.languages and find_r() is not None:
+            # With R installed, SQL goes to R's DuckDB; let Python own it instead.
+            argv += [
+                "-c",
+                "startup.language=python",
+                "-c",
+                'startup.code="import duckdb; _console.sql_connection(duckdb.connect())"',
+            ]
+        if self.dependencies == "deny":
+            argv += ["-c", "tool.parameters.requirements.enabled=false"]
+        for root in self._roots:
+            argv += ["--writable-root", str(root)]
+        return argv, expected
+
+    async def start(self) -> None:
+        """Check, launch and verify; raise before any call when anything does not check out.
+
+        Raises :class:`VersionRefused`/:class:`LaunchRefused` (nothing started),
+        :class:`SandboxMismatch`, :class:`DependenciesRefused`, :class:`VerificationFailed`
+        (started, verified, stopped before any call), :class:`CallTimeout`.
+        """
+        check_owner(self.owner, "console")
+        if self._state != "new":
+            if self._state == "closed":
+                raise ConnectionClosed("this console is closed; create a new AsyncConsole")
+            return
+        self._state = "starting"
+        try:
+            binary = await anyio.to_thread.run_sync(
+                lambda: check_binary(resolve_command(self._command), timeout=self.version_timeout)
+            )
+            self._binary = binary
+            check_project_config(self.workspace, self.project_config)
+            python = await anyio.to_thread.run_sync(lambda: worker_python(self._python))
+            argv, self._expected = self._serve_args(binary, python)
+            base = self.recordings_base
+            base.mkdir(parents=True, exist_ok=True)
+            self._tmpdir = Path(tempfile.mkdtemp(prefix="console-bridge-"))
+            env = base_environment() | self._env | {"TMPDIR": str(self._tmpdir), "MCP_CONSOLE_HOME": str(base)}
+            config = {
+                "mcpServers": {
+                    SERVER: {"command": str(binary.path), "args": argv, "env": env, "cwd": str(self.workspace)}
+                }
+            }
+            self._conn = AsyncMcpConnection(
+                config,
+                SERVER,
+                owner=self.owner,
+                tools=["send"],
+                policy=Policy(
+                    mode="read_write",
+                    approve_writes=False,
+                    pin_schemas=self.policy.pin_schemas,
+                    sanitize_descriptions=False,
+                    audit=self.policy.audit_log,
+                    max_bytes=self.policy.max_bytes,
+                ),
+                timeout=self.poll_window + self.timeout,
+                startup_timeout=self.startup_timeout,
+                shutdown_grace=self.shutdown_grace,
+            )
+            await self._conn.connect()
+            await self._verify(self._conn, binary)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._teardown(cancel=True)
+            raise
+        self._state = "ready"
+
+    async def _verify(self, conn: AsyncMcpConnection, binary: Binary) -> None:
+        """Prove the server is what was asked for, before any call; otherwise stop it."""
+        info = conn.status().server_info or {}
+        if info.get("name") != "mcp-console" or info.get("version") != binary.version_text:
+            raise VerificationFailed(
+                f"the server reports {info.get('name')!r} {info.get('version')!r}, not mcp-console "
+                f"{binary.version_text} as checked from {str(binary.path)!r}; it was stopped before any call",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        page = await conn.discover("tools")
+        names = sorted(str(item.get("name")) for item in page.items)
+        if names != ["send"] or page.next_cursor is not None:
+            raise VerificationFailed(
+                f"mcp-console must offer exactly one tool, 'send'; it offers {names} (more pages: "
+                f"{page.next_cursor is not None}); it was stopped before any call",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        tool = page.items[0]
+        schema = tool.get("inputSchema") or {}
+        props = schema.get("properties") or {}
+        required = {"control", "stdin", "timeout_ms", *self.languages}
+        missing = sorted(required - set(props))
+        if missing:
+            raise VerificationFailed(
+                f"the send tool lacks the field(s) {', '.join(missing)} the session needs; it was stopped before "
+                "any call (check the languages and the mcp-console version)",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        unexpected = sorted(set(props) & set(LANGUAGES) - set(self.languages))
+        if unexpected:
+            raise VerificationFailed(
+                f"the send tool offers language(s) {', '.join(unexpected)} that were not requested; stopped",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        if self.dependencies == "deny" and "requirements" in props:
+            raise DependenciesRefused(
+                "dependencies='deny' but the send tool still offers `requirements` (package installs); "
+                "it was stopped before any call",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        if self.dependencies == "allow" and "requirements" not in props:
+            raise VerificationFailed(
+                "dependencies='allow' but the send tool does not offer `requirements`; stopped before any call",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        description = str(tool.get("description") or "")
+        try:
+            advertised = parse_sandbox_description(description)
+        except SandboxTextError as exc:
+            raise SandboxMismatch(
+                f"the advertised sandbox could not be verified ({exc}); the bridge fails closed. The server was "
+                "stopped before any call.",
+                server=SERVER,
+                pid=conn.pid,
+            ) from None
+        expected = self._expected
+        assert expected is not None
+        if advertised != expected:
+            raise SandboxMismatch(
+                f"the server advertises [{advertised.describe()}] but profile {self._profile.name!r} requires "
+                f"[{expected.describe()}]; it was stopped before any call. Check the project config and "
+                "writable_roots (mcp-console refuses workspace writes when the workspace is the home folder).",
+                server=SERVER,
+                pid=conn.pid,
+                details={"advertised": advertised.as_dict(), "expected": expected.as_dict()},
+            )
+        self._advertised = advertised
+        self._send_schema = dict(schema)
+        self._description = description
+
+    async def _teardown(self, *, cancel: bool) -> None:
+        conn = self._conn
+        if conn is not None:
+            if cancel:
+                await conn.cancel()
+            else:
+                await conn.close()
+        if self._tmpdir is not None:
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(self._tmpdir or "", ignore_errors=True))
+        self._state = "closed"
+
+    async def close(self) -> None:
+        """Close cleanly: the server's stdin is closed so the recording is finalized, then the
+        tree is stopped within bounds and the private TMPDIR removed. Idempotent."""
+        with anyio.CancelScope(shield=True):
+            self._locate_recording()
+            await self._teardown(cancel=False)
+
+    async def cancel(self) -> None:
+        """Kill the session's process tree at once (the recording is not finalized). Idempotent."""
+        with anyio.CancelScope(shield=True):
+            self._locate_recording()
+            await self._teardown(cancel=True)
+
+    # ---------------------------------------------------------------- status
+    @property
+    def version(self) -> str | None:
+        return self._binary.version_text if self._binary else None
+
+    @property
+    def pid(self) -> int | None:
+        return self._conn.pid if self._conn is not None else None
+
+    @property
+    def recording(self) -> Recording | None:
+        """This session's recording, once the first send created it."""
+        self._locate_recording()
+        return self._recording
+
+    def _locate_recording(self) -> None:
+        if self._recording is None and self._conn is not None and self._conn.pid is not None:
+            self._recording = find_recording(self.recordings_base, self._conn.pid)
+
+    def status(self) -> ConsoleStatus:
+        recording = self.recording
+        return ConsoleStatus(
+            connection=self._conn.status() if self._conn is not None else None,
+            state=self._state if self._conn is None or self._state == "closed" else self._conn.status().state,
+            version=self.version,
+            command=str(self._binary.path) if self._binary else None,
+            workspace=self.workspace,
+            profile=self._profile.name,
+            sandbox=self._advertised.as_dict() if self._advertised else None,
+            dependencies=self.dependencies,
+            languages=self.languages,
+            poll_window=self.poll_window,
+            recording=recording.path if recording else None,
+            pid=self.pid,
+            tmpdir=self._tmpdir,
+        )
+
+    # ---------------------------------------------------------------- cells
+    def _require(self, what: str) -> AsyncMcpConnection:
+        check_owner(self.owner, "console")
+        if self._state == "new":
+            raise ConnectionClosed(f"{what}: the console is not started; use `async with` or await start()")
+        if self._conn is None or self._state == "closed":
+            raise ConnectionClosed(f"{what}: this console is closed; create a new one")
+        return self._conn
+
+    def _window_ms(self, timeout_ms: int | None) -> int:
+        cap = int(self.poll_window * 1000)
+        if timeout_ms is None:
+            return cap
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+            raise NotAllowed(f"timeout_ms must be a non-negative integer, not {timeout_ms!r}")
+        return min(timeout_ms, cap)
+
+    def _code_args(self, python: str | None, r: str | None, sql: str | None) -> dict[str, Any]:
+        given = {lang: code for lang, code in (("python", python), ("r", r), ("sql", sql)) if code is not None}
+        if len(given) > 1:
+            raise NotAllowed(f"one cell runs one language; got {', '.join(given)}")
+        for lang, code in given.items():
+            if lang not in self.languages:
+                raise NotAllowed(f"language {lang!r} is not enabled for this console (languages={self.languages})")
+            if not isinstance(code, str):
+                raise NotAllowed(f"{lang}= must be a string of code")
+        return given
+
+    async def _call(self, args: dict[str, Any]) -> CellResult:
+        conn = self._require("send")
+        started = time.monotonic()
+        try:
+            result = await conn.call_tool("send", args)
+        except ServerError as exc:
+            if exc.result is None:
+                raise
+            text = exc.result.text
+            if text.lstrip().startswith(BUSY):
+                raise Busy(
+                    "a cell is still running in this console; poll() for its output, interrupt() it, or wait "
+                    "(nothing was queued)",
+                    server=SERVER,
+                ) from None
+            cell = _cell_from(exc.result, time.monotonic() - started, is_error=True)
+            notice = read_notices(text)
+            if notice.worker_exited or notice.restart_required:
+                if notice.restart_required:
+                    await self._restart_worker()
+                return cell
+            raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
+        return _cell_from(result, time.monotonic() - started)
+
+    async def _restart_worker(self) -> None:
+        conn = self._require("restart")
+        with contextlib.suppress(ServerError):
+            await conn.call_tool("send", {"control": "restart", "timeout_ms": 0})
+
+    async def send(
+        self,
+        *,
+        python: str | None = None,
+        r: str | None = None,
+        sql: str | None = None,
+        stdin: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> CellResult:
+        """One observation window: submit code (or answer stdin, or just poll) and return what arrived.
+
+        ``timeout_ms`` is clamped to ``poll_window``. ``running`` on the result means the
+        cell goes on; poll again. Code sent while a cell runs raises :class:`Busy`.
+        """
+        args: dict[str, Any] = self._code_args(python, r, sql)
+        if stdin is not None:
+            if not isinstance(stdin, str):
+                raise NotAllowed("stdin must be a string")
+            args["stdin"] = stdin
+        args["timeout_ms"] = self._window_ms(timeout_ms)
+        return await self._call(args)
+
+    async def poll(self, timeout_ms: int | None = None) -> CellResult:
+        """An empty send: new output of the running cell, or ``[idle]``."""
+        return await self.send(timeout_ms=timeout_ms)
+
+    async def run(
+        self,
+        *,
+        python: str | None = None,
+        r: str | None = None,
+        sql: str | None = None,
+        timeout: float | None = None,
+        on_output: Callable[[CellResult], Any] | None = None,
+    ) -> CellResult:
+        """Submit a cell and poll with full windows until it is done; return the whole output.
+
+        Past ``timeout`` seconds the cell is interrupted (restarted if the interrupt does
+        not take) and :class:`CellTimeout` is raised with the output so far; the session
+        stays usable. ``on_output`` sees each chunk as it arrives.
+        """
+        code = self._code_args(python, r, sql)
+        if not code:
+            raise NotAllowed("run() needs code: python=, r= or sql=")
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+            raise NotAllowed(f"timeout must be a positive number of seconds, not {timeout!r}")
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        chunks: list[CellResult] = []
+        args: dict[str, Any] = dict(code)
+        while True:
+            window = (
+                self.poll_window if deadline is None else max(0.0, min(self.poll_window, deadline - time.monotonic()))
+            )
+            args["timeout_ms"] = int(window * 1000)
+            chunk = await self._call(args)
+            chunks.append(chunk)
+            if on_output is not None:
+                outcome = on_output(chunk)
+                if isinstance(outcome, Awaitable):
+                    await outcome
+            if not chunk.running:
+                return _merge(chunks, time.monotonic() - started)
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            args = {}
+        chunks.extend(await self._stop_cell())
+        partial = _merge(chunks, time.monotonic() - started)
+        raise CellTimeout(
+            f"the cell ran past timeout={timeout:g}s; it was interrupted and the session lives on "
+            "(the output so far is on .result)",
+            result=partial,
+            server=SERVER,
+        )
+
+    async def _stop_cell(self, grace_ms: int = 5000) -> list[CellResult]:
+        """Interrupt the running cell; restart the worker if the interrupt does not take."""
+        chunks = [await self._call({"control": "interrupt", "timeout_ms": grace_ms})]
+        if chunks[-1].running:
+            chunks.append(await self._call({"timeout_ms": grace_ms}))
+        if chunks[-1].running:
+            chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}))
+        return chunks
+
+    def _host_only(self, what: str) -> None:
+        active = current_owner()
+        if active is not None:
+            raise NotAllowed(
+                f"{what} is a host control; it cannot be used under the run context of {active!s}. "
+                "Call it from host code, outside run_context()."
+            )
+
+    async def interrupt(self) -> CellResult:
+        """Host-only: deliver KeyboardInterrupt to the running cell (state kept)."""
+        self._host_only("interrupt()")
+        return await self._call({"control": "interrupt", "timeout_ms": 5000})
+
+    async def restart(self) -> CellResult:
+        """Host-only: stop the worker and start a fresh one (in-memory state lost)."""
+        self._host_only("restart()")
+        return await self._call({"control": "restart", "timeout_ms": 5000})
+
+    # ------------------------------------------------------- the model's tool
+    def tools(self) -> list[ToolHandle]:
+        """The model-facing ``send`` tool, governed: no restart, clamped windows, no installs under
+        ``deny``, approval through ``policy.approve`` when set, audited."""
+        self._require("tools()")
+        cap = int(self.poll_window * 1000)
+        schema = {k: v for k, v in self._send_schema.items()}
+        props = dict(schema.get("properties") or {})
+        if self.dependencies == "deny":
+            props.pop("requirements", None)
+        if "control" in props:
+            control = dict(props["control"])
+            control["enum"] = ["interrupt"]
+            control.pop("oneOf", None)
+            props["control"] = control
+        if "timeout_ms" in props:
+            props["timeout_ms"] = {**props["timeout_ms"], "maximum": cap}
+        schema["properties"] = props
+        deps = " Package installs (`requirements`) are disabled." if self.dependencies == "deny" else ""
+        description = self._description + _BRIDGE_NOTE.format(cap=cap, deps=deps)
+        return [
+            ToolHandle(
+                name="send",
+                tool="send",
+                server=SERVER,
+                description=description,
+                input_schema=schema,
+                annotations={},
+                requires_approval=self.policy.approve is not None,
+                owner=self.owner,
+                invoke=self._model_send,
+            )
+        ]
+
+    async def _model_send(self, arguments: dict[str, Any]) -> CellResult:
+        props = set((self._send_schema.get("properties") or {}).keys())
+        unknown = sorted(set(arguments) - props)
+        if unknown:
+            raise NotAllowed(f"send does not take {', '.join(unknown)}; allowed fields: {', '.join(sorted(props))}")
+        if arguments.get("control") == "restart":
+            self._audit_refusal(arguments, "restart is host-only")
+            raise NotAllowed("control='restart' is reserved for the host; use control='interrupt' to stop a cell")
+        if "requirements" in arguments and self.dependencies == "deny":
+            self._audit_refusal(arguments, "requirements under dependencies='deny'")
+            raise DependenciesRefused(
+                "package installs are disabled for this console (dependencies='deny'); use what is installed",
+                server=SERVER,
+            )
+        args = dict(arguments)
+        args["timeout_ms"] = self._window_ms(args.get("timeout_ms"))
+        approve = self.policy.approve
+        if approve is not None:
+            request = ApprovalRequest(
+                tool="send",
+                arguments=args,
+                annotations={},
+                reason="runs code",
+                owner=current_owner() or self.owner,
+                server=SERVER,
+            )
+            approved, error = await run_approver(approve, request)
+            log = self.policy.audit_log
+            if log is not None:
+                from console_bridge._governance._audit import sha256_json
+
+                log.write(
+                    "approval",
+                    owner=str(request.owner),
+                    server=SERVER,
+                    tool="send",
+                    args_sha256=sha256_json(args),
+                    approved=approved,
+                    error=error,
+                    reason=request.reason,
+                )
+            if not approved:
+                why = f"the approval gate raised {error}" if error else "the approval gate said no"
+                raise ApprovalDenied(f"send was not approved: {why}; nothing was run", server=SERVER)
+        return await self._call(args)
+
+    def _audit_refusal(self, arguments: Mapping[str, Any], reason: str) -> None:
+        log = self.policy.audit_log
+        if log is not None:
+            owner = current_owner() or self.owner
+            log.write("refusal", owner=str(owner), server=SERVER, tool="send", reason=reason)
