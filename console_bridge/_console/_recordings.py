@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import json
 import os
 import re
 import shutil
-import stat
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-import builtins
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +64,7 @@ class Recording:
     @property
     def layout(self) -> str:
         """``"0.0.6"`` (transcript.md, capture/) or ``"0.0.5"`` (transcript.qmd, internal/)."""
-        return "0.0.6" if (self.path / "capture").is_dir() or (self.path / "transcript.md").exists() else "0.0.5"
+        return "0.0.5" if (self.path / "internal").is_dir() else "0.0.6"
 
     @property
     def finalized(self) -> bool:
@@ -73,25 +72,28 @@ class Recording:
         transcript = self.transcript
         if transcript is None:
             return False
+        if self.layout == "0.0.5":
+            # 0.0.5 writes no end marker: its recording is complete once its server is gone.
+            return not self._server_running()
         try:
-            if transcript.name == "transcript.md":
-                return transcript.read_text(encoding="utf-8", errors="replace").rstrip().endswith(FINISHED)
-            # 0.0.5: the transcript becomes read-only once finalized.
-            return not (transcript.stat().st_mode & stat.S_IWUSR)
+            return transcript.read_text(encoding="utf-8", errors="replace").rstrip().endswith(FINISHED)
         except OSError:
             return False
 
-    @property
-    def live(self) -> bool:
-        """The server that writes it still runs and it is not finalized."""
+    def _server_running(self) -> bool:
         pid = self.pid
-        if pid is None or self.finalized:
+        if pid is None:
             return False
         try:
             proc = psutil.Process(pid)
             return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and "mcp-console" in proc.name()
         except psutil.Error:
             return False
+
+    @property
+    def live(self) -> bool:
+        """The server that writes it still runs and it is not finalized."""
+        return self._server_running() and not self.finalized
 
     @property
     def size_bytes(self) -> int:
