@@ -7,6 +7,7 @@ import math
 import os
 import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -37,10 +38,10 @@ from console_bridge._errors import (
     VerificationFailed,
 )
 from console_bridge._governance._audit import sha256_json
-from console_bridge._governance._caps import cap_content
+from console_bridge._governance._caps import cap_result, json_size
 from console_bridge._governance._pinning import tool_fingerprint
 from console_bridge._governance._policy import ApprovalRequest, Exposure, Policy, exposure, run_approver
-from console_bridge._governance._sanitize import neutral_description, scan_tool
+from console_bridge._governance._sanitize import neutral_description, sanitize_schema, scan_tool
 from console_bridge._identity import Owner, check_owner, current_owner
 from console_bridge._results import ToolResult, result_from_content
 from console_bridge._transport._guard import Guard
@@ -171,6 +172,8 @@ class AsyncMcpConnection:
         self._tools_changed = False
         self._seen_cursors: dict[str, set[str]] = {}
         self._server_info: dict[str, Any] | None = None
+        self._audit_id = uuid.uuid4().hex[:12]  # tells this connection's audit records apart
+        self._call_seq = 0
 
     # ----------------------------------------------------------------- copying
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
@@ -288,6 +291,7 @@ class AsyncMcpConnection:
                 stack.callback(tg.cancel_scope.cancel)
                 guard = Guard(on_violation=self._on_desync, on_tools_changed=self._on_tools_changed)
                 session_read, session_write = guard.start(tg, read, write)
+                stack.push_async_callback(guard.aclose)
                 self._session = await stack.enter_async_context(
                     ClientSession(session_read, session_write, client_info=_CLIENT_INFO)
                 )
@@ -685,14 +689,14 @@ class AsyncMcpConnection:
 
     def _authorize(self, name: str) -> _ToolState:
         if name not in self._allowed_tools:
-            self._refuse(f"tool {name!r}", "not on the tools allowlist")
+            self._refuse(f"tool {name!r}", "not on the tools allowlist", tool=name)
             raise NotAllowed(
                 f"tool {name!r} is not on the tools allowlist of {self.server!r} "
                 f"(allowed: {', '.join(self._allowed_tools) or 'none'}); nothing was sent",
                 server=self.server,
             )
         if name in self._revoked:
-            self._refuse(f"tool {name!r}", "revoked after schema drift")
+            self._refuse(f"tool {name!r}", "revoked after schema drift", tool=name)
             raise SchemaDrift(
                 f"tool {name!r} of {self.server!r} was revoked: {self._revoked[name]}. It stays revoked on this "
                 "connection; review the server, then open a new connection.",
@@ -702,7 +706,7 @@ class AsyncMcpConnection:
         if state is None:
             raise self._closed_error(f"tool {name!r}")
         if not state.exposure.exposed:
-            self._refuse(f"tool {name!r}", "read-only floor", reasons=list(state.exposure.reasons))
+            self._refuse(f"tool {name!r}", "read-only floor", tool=name, reasons=list(state.exposure.reasons))
             raise NotAllowed(
                 f"tool {name!r} of {self.server!r} is not positively read-only "
                 f"({', '.join(state.exposure.reasons)}) and the policy is read_only; nothing was sent. "
@@ -762,22 +766,24 @@ class AsyncMcpConnection:
         args = dict(arguments or {})
         state = self._authorize(name)
         if self._state == "busy":
-            self._refuse(f"tool {name!r}", "busy")
+            self._refuse(f"tool {name!r}", "busy", tool=name)
             raise Busy(
                 f"tool {name!r}: another call is active on the connection to {self.server!r}; nothing was sent. "
                 "Wait for it to finish, or use a second connection.",
                 server=self.server,
             )
         self._state = "busy"
+        self._call_seq += 1
+        call_id = f"{self._audit_id}-{self._call_seq}"
         try:
             if state.exposure.needs_approval:
-                await self._approve(name, args, state)
-            return await self._call_authorized(name, args)
+                await self._approve(name, args, state, call_id)
+            return await self._call_authorized(name, args, call_id)
         finally:
             if self._state == "busy":
                 self._state = "idle"
 
-    async def _approve(self, name: str, args: dict[str, Any], state: _ToolState) -> None:
+    async def _approve(self, name: str, args: dict[str, Any], state: _ToolState, call_id: str) -> None:
         request = ApprovalRequest(
             tool=name,
             arguments=args,
@@ -787,22 +793,25 @@ class AsyncMcpConnection:
             server=self.server,
             flags=state.flags,
         )
-        approved, error = await run_approver(self.policy.approve, request)
+        approved, error = await run_approver(self.policy.approve, request, timeout=self.policy.approval_timeout)
         self._audit(
             "approval",
             tool=name,
+            call=call_id,
             args_sha256=sha256_json(args),
             approved=approved,
             reason=request.reason,
+            flags=list(state.flags) or None,
             error=error,
             gate=self.policy.approve is not None,
+            content_arguments=args,
         )
         if not approved:
             self._last_error = f"tool {name!r}: approval denied"
             if self.policy.approve is None:
                 why = "no approval gate is configured (Policy(approve=...))"
             elif error is not None:
-                why = f"the approval gate raised {error}, which counts as a denial"
+                why = f"the approval gate failed ({error}), which counts as a denial"
             else:
                 why = "the approval gate said no"
             raise ApprovalDenied(
@@ -810,11 +819,16 @@ class AsyncMcpConnection:
                 server=self.server,
             )
 
-    async def _call_authorized(self, name: str, args: dict[str, Any]) -> ToolResult:
+    async def _call_authorized(self, name: str, args: dict[str, Any], call_id: str) -> ToolResult:
         started = time.monotonic()
         self._calls += 1
         self._audit(
-            "call_start", tool=name, args_sha256=sha256_json(args), args_bytes=len(repr(args)), content_arguments=args
+            "call_start",
+            tool=name,
+            call=call_id,
+            args_sha256=sha256_json(args),
+            args_bytes=json_size(args),
+            content_arguments=args,
         )
 
         async def verify(s: ClientSession) -> None:
@@ -836,6 +850,7 @@ class AsyncMcpConnection:
             self._audit(
                 "call_end",
                 tool=name,
+                call=call_id,
                 outcome=type(exc).__name__,
                 reason=exc.message,
                 duration_ms=round((time.monotonic() - started) * 1000, 3),
@@ -844,7 +859,7 @@ class AsyncMcpConnection:
         content = [_wire(block) for block in result.content]
         structured = result.structured_content
         if result.is_error:
-            out = self._finish_result(content, structured, name, args, started, is_error=True)
+            out = self._finish_result(content, structured, name, args, started, is_error=True, call=call_id)
             raise ServerError(
                 f"tool {name!r} of {self.server!r} returned an error: {out.text[:2000]}",
                 result=out,
@@ -854,11 +869,15 @@ class AsyncMcpConnection:
         if schema is not None:
             problem = _structured_problem(schema, structured)
             if problem is not None:
+                raw = {"content": content, "structured": structured}
                 self._audit(
                     "call_end",
                     tool=name,
+                    call=call_id,
                     outcome="output_schema_violation",
                     reason=problem,
+                    result_sha256=sha256_json(raw),
+                    result_bytes=json_size(raw),
                     duration_ms=round((time.monotonic() - started) * 1000, 3),
                 )
                 raise ServerError(
@@ -866,7 +885,7 @@ class AsyncMcpConnection:
                     f"output schema: {problem}",
                     server=self.server,
                 )
-        return self._finish_result(content, structured, name, args, started)
+        return self._finish_result(content, structured, name, args, started, call=call_id)
 
     def _finish_result(
         self,
@@ -877,23 +896,28 @@ class AsyncMcpConnection:
         started: float,
         *,
         is_error: bool = False,
+        call: str | None = None,
     ) -> ToolResult:
-        raw_sha = sha256_json({"content": content, "structured": structured})
-        capped, truncated = cap_content(content, self.policy.max_bytes)
-        if structured is not None and len(repr(structured)) > self.policy.max_bytes:
-            structured, truncated = None, True
+        raw = {"content": content, "structured": structured}
+        capped = cap_result(content, structured, self.policy.max_bytes)
         result = result_from_content(
-            capped, structured=structured, is_error=is_error, truncated=truncated, server=self.server, tool=tool
+            capped.content,
+            structured=capped.structured,
+            is_error=is_error,
+            truncated=capped.truncated,
+            server=self.server,
+            tool=tool,
         )
         self._audit(
             "call_end",
             tool=tool,
+            call=call,
             outcome="tool_error" if is_error else "ok",
-            result_sha256=raw_sha,
-            result_bytes=sum(len(str(b)) for b in content),
-            truncated=truncated or None,
+            result_sha256=sha256_json(raw),
+            result_bytes=json_size(raw),
+            truncated=capped.truncated or None,
             duration_ms=round((time.monotonic() - started) * 1000, 3),
-            content_result={"content": capped, "structured": structured},
+            content_result={"content": capped.content, "structured": capped.structured},
         )
         return result
 
@@ -911,15 +935,17 @@ class AsyncMcpConnection:
             if state is None or name in self._revoked or not state.exposure.exposed:
                 continue
             description = str(state.wire.get("description") or "")
-            if state.flags:
+            input_schema = state.wire.get("inputSchema") or {"type": "object"}
+            if state.flags:  # the model sees neither the flagged description nor flagged parameter texts
                 description = neutral_description(name, self.server)
+                input_schema = sanitize_schema(input_schema, max_chars=self.policy.max_description_chars)
             handles.append(
                 ToolHandle(
                     name=f"{prefix}_{name}" if prefix else name,
                     tool=name,
                     server=self.server,
                     description=description,
-                    input_schema=state.wire.get("inputSchema") or {"type": "object"},
+                    input_schema=input_schema,
                     annotations=state.wire.get("annotations") or {},
                     requires_approval=state.exposure.needs_approval,
                     owner=self.owner,
@@ -987,7 +1013,15 @@ class AsyncMcpConnection:
             return
         owner = current_owner() or self.owner
         try:
-            log.write(event, owner=str(owner), agent_id=owner.agent_id, server=self.server, **fields)
+            log.write(
+                event,
+                owner=str(owner),
+                agent_id=owner.agent_id,
+                session_id=owner.session_id,
+                server=self.server,
+                connection=self._audit_id,
+                **fields,
+            )
         except OSError as exc:  # an audit failure must be visible, never silent
             raise BridgeError(f"could not write the audit log {str(log.path)!r}: {exc}") from None
 

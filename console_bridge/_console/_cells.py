@@ -9,6 +9,7 @@ __all__ = ["CellNotice", "read_notices"]
 
 RUNNING = "[running; poll with an empty send]"
 IDLE = "[idle]"
+DONE = "[done]"
 WAITING = "[waiting for stdin]"
 BUSY = "[worker is already evaluating a cell"
 RESTART_REQUIRED = "explicit restart required]"
@@ -44,6 +45,8 @@ def read_notices(text: str) -> CellNotice:
             running = True
         elif stripped == IDLE:
             idle = True
+        elif stripped == DONE:
+            pass
         elif stripped == WAITING:
             waiting = True
         elif _ELAPSED.match(stripped):
@@ -58,7 +61,7 @@ def read_notices(text: str) -> CellNotice:
                 restart = True
             kept.append(line)
     output = "\n".join(kept)
-    if running or idle or waiting:
+    if running or idle or waiting or DONE in lines:
         output = output.rstrip("\n")
         if output and text.startswith(output) and not output.endswith("\n") and "\n" in text[len(output) :]:
             output += "\n"

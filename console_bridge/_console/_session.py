@@ -648,10 +648,6 @@ class AsyncConsole:
         ]
 
     async def _model_send(self, arguments: dict[str, Any]) -> CellResult:
-        props = set((self._send_schema.get("properties") or {}).keys())
-        unknown = sorted(set(arguments) - props)
-        if unknown:
-            raise NotAllowed(f"send does not take {', '.join(unknown)}; allowed fields: {', '.join(sorted(props))}")
         if arguments.get("control") == "restart":
             self._audit_refusal(arguments, "restart is host-only")
             raise NotAllowed("control='restart' is reserved for the host; use control='interrupt' to stop a cell")
@@ -661,6 +657,10 @@ class AsyncConsole:
                 "package installs are disabled for this console (dependencies='deny'); use what is installed",
                 server=SERVER,
             )
+        props = set((self._send_schema.get("properties") or {}).keys())
+        unknown = sorted(set(arguments) - props)
+        if unknown:
+            raise NotAllowed(f"send does not take {', '.join(unknown)}; allowed fields: {', '.join(sorted(props))}")
         args = dict(arguments)
         args["timeout_ms"] = self._window_ms(args.get("timeout_ms"))
         approve = self.policy.approve

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -46,8 +48,8 @@ def resolve_command(command: str | os.PathLike[str] | None) -> Path:
         found = shutil.which(text) if os.sep not in text else text
         if found is None:
             raise VersionRefused(
-                f"mcp-console command {text!r} was not found on PATH; pass an absolute path or install it "
-                f"with `{_INSTALL}`"
+                f"mcp-console command {text!r} was not found on PATH; pass an absolute path or install a "
+                f"qualified version ({', '.join(QUALIFIED_VERSIONS)}) with `{_INSTALL}`"
             )
         return Path(found).absolute()
     from_env = os.environ.get(ENV_VAR)
@@ -84,27 +86,39 @@ def check_binary(path: Path, *, timeout: float = 10.0) -> Binary:
     if key in _cache:
         return Binary(path, _cache[key])
     if not os.access(path, os.X_OK) or not path.is_file():
-        raise VersionRefused(f"mcp-console binary {str(path)!r} is not an executable file; reinstall with `{_INSTALL}`")
+        raise VersionRefused(
+            f"mcp-console binary {str(path)!r} is not an executable file; install a qualified version "
+            f"({qualified}) with `{_INSTALL}`"
+        )
     try:
-        proc = subprocess.run(
+        # Its own process group, so a hang is killed with whatever it started (a shim that forks).
+        proc = subprocess.Popen(
             [str(path), "--version"],
-            capture_output=True,
-            timeout=timeout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
-            check=False,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
-        raise VersionRefused(
-            f"`{path} --version` did not answer within {timeout:g}s; this is not a working mcp-console. "
-            f"Install a qualified version ({qualified}) with `{_INSTALL}`"
-        ) from None
     except OSError as exc:
         raise VersionRefused(
             f"`{path} --version` could not run ({exc.strerror or exc}); install a qualified version "
             f"({qualified}) with `{_INSTALL}`"
         ) from None
-    output = proc.stdout.decode("utf-8", errors="replace").strip()
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # not reaped yet: the group id is still ours
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        raise VersionRefused(
+            f"`{path} --version` did not answer within {timeout:g}s; this is not a working mcp-console. "
+            f"Install a qualified version ({qualified}) with `{_INSTALL}`"
+        ) from None
+    output = stdout.decode("utf-8", errors="replace").strip()
     match = _VERSION_LINE.match(output)
     found = match.group(1) if match else None
     try:

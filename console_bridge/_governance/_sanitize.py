@@ -1,49 +1,122 @@
-"""Poisoned-description defence: scan untrusted tool text against a pattern set kept as data."""
+"""Poisoned-description defence: scan untrusted tool text against a pattern set kept as data.
+
+The pattern set lives in ``patterns.yaml`` beside this module (one file, readable
+regular expressions, each with a line saying what it catches). Everything here is
+pure: no I/O beyond reading that file once, and no exceptions for any input text.
+"""
 
 from __future__ import annotations
 
+import copy
 import functools
+import html
 import re
+import unicodedata
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import yaml
 
-__all__ = ["load_patterns", "neutral_description", "scan_text", "scan_tool"]
+__all__ = [
+    "SCHEMA_TEXT_KEYS",
+    "Pattern",
+    "load_patterns",
+    "neutral_description",
+    "normalize",
+    "sanitize_schema",
+    "scan_text",
+    "scan_tool",
+]
 
-_WHITESPACE = re.compile(r"\s+")
+#: Pattern name reported for text longer than the policy's ``max_description_chars``.
+TOO_LONG = "too_long"
+#: Pattern name reported for a description that is not a string at all.
+NOT_TEXT = "not_text"
+#: At most this many characters of one text are matched (the rest is still counted for ``too_long``).
+SCAN_LIMIT = 200_000
+#: Schema keys whose string values are shown to models and therefore scanned.
+SCHEMA_TEXT_KEYS = ("description", "title", "enum", "const", "default", "examples")
+#: What a flagged description or title inside a schema is replaced by.
+WITHHELD = "(withheld by console-bridge: this text matched prompt-injection patterns)"
+
+_HSPACE = re.compile(r"[^\S\n]+")
+_BREAKS = re.compile(r"\s*\n\s*")
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u201c": '"', "\u201d": '"', "\u00b4": "'"})
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """One named entry of ``patterns.yaml``."""
+
+    name: str
+    about: str
+    regexes: tuple[re.Pattern[str], ...]
+    raw: bool = False
+
+    def search(self, raw: str, normalized: str) -> bool:
+        text = raw if self.raw else normalized
+        return any(regex.search(text) for regex in self.regexes)
+
+
+def parse_patterns(text: str) -> tuple[Pattern, ...]:
+    """Parse the YAML pattern set; raises ``ValueError`` naming the bad entry."""
+    data = yaml.safe_load(text)
+    if not isinstance(data, Mapping) or not data:
+        raise ValueError("the pattern set must be a non-empty mapping of name -> {about, match}")
+    patterns = []
+    for name, entry in data.items():
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("match"), list) or not entry["match"]:
+            raise ValueError(f"pattern {name!r} needs a non-empty 'match' list of regular expressions")
+        try:
+            regexes = tuple(re.compile(str(rx), re.IGNORECASE) for rx in entry["match"])
+        except re.error as exc:
+            raise ValueError(f"pattern {name!r} has an invalid regular expression: {exc}") from None
+        patterns.append(Pattern(str(name), str(entry.get("about", "")), regexes, bool(entry.get("raw", False))))
+    return tuple(patterns)
 
 
 @functools.cache
-def load_patterns() -> dict[str, re.Pattern[str]]:
-    """The compiled pattern set from ``patterns.yaml``."""
+def load_patterns() -> tuple[Pattern, ...]:
+    """The compiled pattern set from ``patterns.yaml`` (read once)."""
     text = resources.files("console_bridge._governance").joinpath("patterns.yaml").read_text(encoding="utf-8")
-    raw = yaml.safe_load(text)
-    return {str(name): re.compile(str(rx), re.IGNORECASE) for name, rx in raw.items()}
+    return parse_patterns(text)
 
 
-def scan_text(text: str, *, max_chars: int) -> list[str]:
-    """Names of the patterns ``text`` matches (``too_long`` when over ``max_chars``)."""
+def normalize(text: str) -> str:
+    """What the non-raw patterns see: NFKC, entities decoded, format characters gone, spaces folded."""
+    text = unicodedata.normalize("NFKC", html.unescape(text))
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf").translate(_QUOTES)
+    return _BREAKS.sub("\n", _HSPACE.sub(" ", text)).strip()
+
+
+def scan_text(text: object, *, max_chars: int) -> list[str]:
+    """Names of the patterns ``text`` matches, in pattern-file order.
+
+    ``too_long`` is added when the text is longer than ``max_chars``; ``not_text`` when
+    it is not a string. Never raises for any string.
+    """
     if not isinstance(text, str):
-        return ["not_text"]
-    hits = []
-    folded = _WHITESPACE.sub(" ", text)
-    for name, pattern in load_patterns().items():
-        if pattern.search(folded if name != "invisible_characters" else text):
-            hits.append(name)
+        return [NOT_TEXT]
+    raw = text[:SCAN_LIMIT]
+    normalized = normalize(raw)
+    hits = [pattern.name for pattern in load_patterns() if pattern.search(raw, normalized)]
     if len(text) > max_chars:
-        hits.append("too_long")
+        hits.append(TOO_LONG)
     return hits
 
 
 def _schema_texts(schema: Any, path: str) -> Iterator[tuple[str, str]]:
-    """Every description/title string inside a JSON schema, with where it sits."""
+    """Every model-facing string inside a JSON schema, with where it sits."""
     if isinstance(schema, Mapping):
         for key, value in schema.items():
             where = f"{path}.{key}"
-            if key in ("description", "title") and isinstance(value, str):
+            if key in SCHEMA_TEXT_KEYS and isinstance(value, str):
                 yield where, value
+            elif key in SCHEMA_TEXT_KEYS and isinstance(value, list) and all(isinstance(v, str) for v in value):
+                for index, item in enumerate(value):
+                    yield f"{where}[{index}]", item
             else:
                 yield from _schema_texts(value, where)
     elif isinstance(schema, list):
@@ -51,19 +124,50 @@ def _schema_texts(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _schema_texts(value, f"{path}[{index}]")
 
 
-def scan_tool(tool: Mapping[str, Any], *, max_chars: int) -> list[str]:
-    """Flags for a tool definition (wire names), as ``"<field>: <pattern>"`` strings."""
-    texts: list[tuple[str, str]] = []
+def _tool_texts(tool: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     for key in ("description", "title"):
         value = tool.get(key)
-        if isinstance(value, str):
-            texts.append((key, value))
-    texts.extend(_schema_texts(tool.get("inputSchema"), "inputSchema"))
-    texts.extend(_schema_texts(tool.get("outputSchema"), "outputSchema"))
+        if value is not None:
+            yield key, value
+    annotations = tool.get("annotations")
+    if isinstance(annotations, Mapping) and isinstance(annotations.get("title"), str):
+        yield "annotations.title", annotations["title"]
+    yield from _schema_texts(tool.get("inputSchema"), "inputSchema")
+    yield from _schema_texts(tool.get("outputSchema"), "outputSchema")
+
+
+def scan_tool(tool: Mapping[str, Any], *, max_chars: int) -> list[str]:
+    """Flags for a tool definition (wire names), as ``"<where>: <pattern>"`` strings.
+
+    ``where`` is ``description``, ``title``, ``annotations.title`` or a path into a
+    schema such as ``inputSchema.properties.notes.description``.
+    """
     flags: list[str] = []
-    for where, text in texts:
+    for where, text in _tool_texts(tool):
         flags.extend(f"{where}: {hit}" for hit in scan_text(text, max_chars=max_chars))
     return flags
+
+
+def sanitize_schema(schema: Any, *, max_chars: int) -> Any:
+    """A copy of ``schema`` whose flagged ``description``/``title`` strings are withheld.
+
+    Validation keywords are never touched, so the schema accepts exactly what it did.
+    """
+
+    def clean(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for key, value in node.items():
+                if key in ("description", "title") and isinstance(value, str):
+                    out[key] = WITHHELD if scan_text(value, max_chars=max_chars) else value
+                else:
+                    out[key] = clean(value)
+            return out
+        if isinstance(node, list):
+            return [clean(item) for item in node]
+        return copy.copy(node)
+
+    return clean(schema)
 
 
 def neutral_description(name: str, server: str) -> str:

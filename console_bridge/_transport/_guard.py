@@ -41,9 +41,15 @@ class Guard:
     ) -> tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]:
         to_session, session_read = anyio.create_memory_object_stream[SessionMessage | Exception](16)
         session_write, from_session = anyio.create_memory_object_stream[SessionMessage](16)
+        self._session_ends = (session_read, session_write)
         tg.start_soon(self._inbound, transport_read, to_session)
         tg.start_soon(self._outbound, from_session, transport_write)
         return session_read, session_write
+
+    async def aclose(self) -> None:
+        """Close the session's ends of the streams (the pumps then finish)."""
+        for stream in getattr(self, "_session_ends", ()):
+            await stream.aclose()
 
     def _violate(self, reason: str) -> None:
         if not self.violated:
@@ -67,7 +73,7 @@ class Guard:
         source: ObjectReceiveStream[SessionMessage | Exception],
         sink: MemoryObjectSendStream[SessionMessage | Exception],
     ) -> None:
-        async with sink:
+        async with sink, source:
             with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 async for item in source:
                     if self.violated:

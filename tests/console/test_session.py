@@ -1,0 +1,238 @@
+"""AsyncConsole / Console against the real mcp-console binaries (0.0.5 and 0.0.6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from console_bridge import (
+    AsyncConsole,
+    Busy,
+    CellTimeout,
+    ConnectionClosed,
+    Console,
+    DependenciesRefused,
+    NotAllowed,
+    Owner,
+    OwnerMismatch,
+    Policy,
+    Recordings,
+    run_context,
+)
+from tests.console.conftest import alive, tree_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
+
+
+def make(mcp_console: tuple[str, Path], workspace: Path, recordings: Path, **kwargs: object) -> AsyncConsole:
+    _, binary = mcp_console
+    return AsyncConsole(workspace, command=binary, recordings_dir=recordings, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_python_and_sql_cells_keep_state(mcp_console, workspace, recordings):
+    async with make(mcp_console, workspace, recordings) as console:
+        assert console.status().version == mcp_console[0]
+        first = await console.run(python="x = 20\nprint(x + 1)")
+        assert first.text == "21\n" and not first.running and not first.is_error
+        assert (await console.run(python="x * 2")).text.strip() == "40"
+        sql = await console.run(sql="select 6 * 7 as answer")
+        assert "answer" in sql.text and "42" in sql.text
+        status = console.status()
+        assert status.sandbox == {"sandboxed": True, "network": "restricted", "writable": ["tmpdir"],
+                                  "inherit_codex": False}
+        assert status.dependencies == "deny" and status.profile == "read-only"
+
+
+async def test_run_streams_chunks_and_polls_to_completion(mcp_console, workspace, recordings):
+    chunks = []
+    async with make(mcp_console, workspace, recordings, poll_window=0.3) as console:
+        result = await console.run(
+            python="import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.4)",
+            on_output=chunks.append,
+        )
+    assert result.text == "0\n1\n2\n"
+    assert len(chunks) >= 2 and chunks[0].running and not chunks[-1].running
+
+
+async def test_send_window_is_clamped_and_poll_attaches(mcp_console, workspace, recordings):
+    async with make(mcp_console, workspace, recordings, poll_window=0.2) as console:
+        first = await console.send(python="import time; time.sleep(1.0); print('late')", timeout_ms=60_000)
+        assert first.running and first.elapsed < 5
+        with pytest.raises(Busy):
+            await console.send(python="1")
+        seen = first.text
+        while True:
+            chunk = await console.poll()
+            seen += chunk.text
+            if not chunk.running:
+                break
+        assert "late" in seen
+        assert "[idle]" in (await console.poll()).text
+
+
+async def test_cell_timeout_interrupts_and_session_lives_on(mcp_console, workspace, recordings):
+    async with make(mcp_console, workspace, recordings, poll_window=0.5) as console:
+        await console.run(python="kept = 'yes'")
+        with pytest.raises(CellTimeout) as caught:
+            await console.run(python="print('before', flush=True)\nimport time\ntime.sleep(30)", timeout=1.5)
+        assert caught.value.result is not None and "before" in caught.value.result.text
+        assert "KeyboardInterrupt" in caught.value.result.text
+        assert (await console.run(python="kept")).text.strip() == "'yes'"
+
+
+async def test_stdin_prompt_is_reported_and_answered(mcp_console, workspace, recordings):
+    async with make(mcp_console, workspace, recordings) as console:
+        asked = await console.send(python="name = input('name? ')\nprint('hi', name)", timeout_ms=2000)
+        assert asked.waiting_for_input and asked.prompt == "name? "
+        answered = await console.send(stdin="bob\n")
+        assert "hi bob" in answered.text
+
+
+async def test_worker_crash_is_a_result_and_session_recovers(mcp_console, workspace, recordings):
+    async with make(mcp_console, workspace, recordings) as console:
+        crashed = await console.run(python="import os; os._exit(3)")
+        assert crashed.worker_exited and crashed.is_error
+        assert (await console.run(python="print('alive')")).text == "alive\n"
+
+
+async def test_host_controls_are_host_only(mcp_console, workspace, recordings):
+    owner = Owner("agent-1")
+    async with make(mcp_console, workspace, recordings, owner=owner) as console:
+        await console.run(python="state = 1")
+        with run_context(owner), pytest.raises(NotAllowed):
+            await console.restart()
+        with run_context(Owner("intruder")), pytest.raises(OwnerMismatch):
+            await console.run(python="1")
+        await console.restart()
+        gone = await console.run(python="state")
+        assert "NameError" in gone.text
+
+
+async def test_model_tool_is_governed(mcp_console, workspace, recordings, tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    asked = []
+
+    def approve(request):
+        asked.append(request)
+        return "forbidden" not in str(request.arguments.get("python", ""))
+
+    policy = Policy(approve=approve, audit=audit)
+    async with make(mcp_console, workspace, recordings, poll_window=0.5, policy=policy) as c:
+        await c.run(python="'warm up the worker'")
+        [send] = c.tools()
+        props = send.input_schema["properties"]
+        assert "requirements" not in props and props["control"]["enum"] == ["interrupt"]
+        assert props["timeout_ms"]["maximum"] == 500
+        assert "poll with an empty send" in send.description and send.requires_approval
+        with pytest.raises(NotAllowed):
+            await send({"control": "restart"})
+        with pytest.raises(DependenciesRefused):
+            await send({"requirements": {"action": "add", "python": ["requests"]}})
+        result = await send({"python": "print(6 * 7)", "timeout_ms": 10_000_000})
+        assert result.text.strip() == "42"
+        with pytest.raises(NotAllowed):  # ApprovalDenied is a NotAllowed
+            await send({"python": "print('forbidden')"})
+    assert [r.arguments["timeout_ms"] for r in asked] == [500, 500]
+    events = [json.loads(line)["event"] for line in audit.read_text().splitlines()]
+    assert {"approval", "refusal", "call_start", "call_end"} <= set(events)
+
+
+async def test_sandbox_holds(mcp_console, workspace, recordings, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    async with make(mcp_console, workspace, recordings) as console:
+        write = await console.run(python=f"open({str(outside / 'x')!r}, 'w').write('x')")
+        assert "Read-only file system" in write.text or "Permission" in write.text
+        ws_write = await console.run(python="open('x.txt', 'w').write('x')")
+        assert "Read-only file system" in ws_write.text
+        tcp = await console.run(python="import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 9))")
+        assert "PermissionError" in tcp.text or "Operation not permitted" in tcp.text
+        tmp_ok = await console.run(python="import tempfile\nopen(tempfile.gettempdir() + '/t', 'w').write('x')\n'ok'")
+        assert "'ok'" in tmp_ok.text
+    assert not (outside / "x").exists() and not (workspace / "x.txt").exists()
+
+
+async def test_workspace_profile_and_writable_root(mcp_console, workspace, recordings, tmp_path):
+    root = tmp_path / "out"
+    root.mkdir()
+    (workspace / ".git").mkdir()
+    async with make(mcp_console, workspace, recordings, profile="workspace", writable_roots=[root]) as console:
+        sandbox = console.status().sandbox
+        assert sandbox is not None and str(root.resolve()) in sandbox["writable"]
+        ok = await console.run(python="open('made.txt', 'w').write('x')\nprint('wrote')")
+        assert ok.text == "wrote\n"
+        git = await console.run(python="open('.git/config', 'w').write('x')")
+        assert "Read-only file system" in git.text or "Permission" in git.text
+        agents = await console.run(python="import os\nos.makedirs('.agents/console', exist_ok=True)")
+        assert "Error" in agents.text
+        rooted = await console.run(python=f"open({str(root / 'r.txt')!r}, 'w').write('x')\nprint('ok')")
+        assert rooted.text == "ok\n"
+    assert (workspace / "made.txt").exists() and (root / "r.txt").exists()
+    assert not (workspace / ".git" / "config").exists()
+
+
+async def test_close_finalizes_recording_and_leaves_nothing(mcp_console, workspace, recordings):
+    console = make(mcp_console, workspace, recordings)
+    await console.start()
+    await console.run(python="print('recorded')")
+    pids = tree_of(console.pid or 0)
+    tmpdir = console.status().tmpdir
+    recording = console.recording
+    assert recording is not None and recording.live
+    await console.close()
+    assert alive(pids) == [] and tmpdir is not None and not tmpdir.exists()
+    assert recording.finalized and not recording.live
+    if mcp_console[0] == "0.0.6":
+        assert recording.transcript is not None
+        assert recording.transcript.read_text().rstrip().endswith("## Recording finished")
+    assert any(event for event in recording.events())
+    await console.close()  # idempotent
+    with pytest.raises(ConnectionClosed):
+        await console.run(python="1")
+    listed = Recordings(recordings).list()
+    assert [r.run_id for r in listed] == [recording.run_id]
+
+
+async def test_cancel_kills_at_once_and_fails_the_active_call(mcp_console, workspace, recordings):
+    console = make(mcp_console, workspace, recordings, poll_window=20)
+    await console.start()
+    await console.run(python="1")
+    pids = tree_of(console.pid or 0)
+    failure: list[BaseException] = []
+
+    async def long_cell() -> None:
+        try:
+            await console.run(python="import time; time.sleep(60)")
+        except ConnectionClosed as exc:
+            failure.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(long_cell)
+        await anyio.sleep(0.5)
+        with anyio.fail_after(5):
+            await console.cancel()
+    assert failure and isinstance(failure[0], ConnectionClosed)
+    with anyio.fail_after(5):
+        while alive(pids):
+            await anyio.sleep(0.05)
+
+
+def test_blocking_console_inside_a_running_loop(mcp_console, workspace, recordings):
+    async def body() -> str:
+        with Console(workspace, command=mcp_console[1], recordings_dir=recordings) as console:
+            return console.run(python="print('from a loop')").text
+
+    assert anyio.run(body) == "from a loop\n"
+
+
+def test_plot_comes_back_as_png(mcp_console, workspace, recordings):
+    with Console(workspace, command=mcp_console[1], recordings_dir=recordings) as console:
+        code = "import matplotlib\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+        result = console.run(python=code)
+        assert result.images and result.images[0].mime_type == "image/png"
+        assert result.images[0].data.startswith(b"\x89PNG")
+        bundle = result._repr_mimebundle_()
+        assert "image/png" in bundle and "text/plain" in bundle
