@@ -3,6 +3,7 @@ roots that cannot widen the sandbox, no project config unless opted in, the work
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -63,12 +64,18 @@ def validate_root(raw: str | os.PathLike[str], *, what: str = "writable root") -
     text = os.fspath(raw)
     if not text or _bad_text(text):
         raise LaunchRefused(f"{what} {text!r} is empty or contains a NUL byte or a line break; give a plain path")
-    path = Path(text).expanduser()
-    if not path.exists():
+    try:  # `~unknown-user`, a name too long, an unreadable parent: refused, never a crash
+        path = Path(text).expanduser()
+        exists, is_dir = path.exists(), path.is_dir()
+        resolved = path.resolve() if is_dir else path
+    except (OSError, RuntimeError) as exc:
+        shown = text if len(text) <= 200 else text[:200] + "..."
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise LaunchRefused(f"{what} {shown!r} cannot be checked ({why}); give a plain existing path") from None
+    if not exists:
         raise LaunchRefused(f"{what} {text!r} does not exist; create it first (writable roots are never created)")
-    if not path.is_dir():
+    if not is_dir:
         raise LaunchRefused(f"{what} {text!r} is not a directory")
-    resolved = path.resolve()
     home = Path.home().resolve()
     if resolved == Path("/") or resolved == home or resolved in home.parents:
         raise LaunchRefused(
@@ -83,8 +90,10 @@ def validate_root(raw: str | os.PathLike[str], *, what: str = "writable root") -
                 f"{what} {text!r} resolves to {str(resolved)!r}, inside the system folder {system}; "
                 "grant a specific project folder instead"
             )
-    if resolved == Path("/tmp"):
-        raise LaunchRefused(f"{what} {text!r} is the shared /tmp; grant a folder inside it instead")
+    if resolved == Path("/tmp") or str(resolved) in SCRATCH_DIRS:
+        raise LaunchRefused(
+            f"{what} {text!r} is the shared temporary folder {str(resolved)!r}; grant a folder inside it instead"
+        )
     return resolved
 
 
@@ -201,3 +210,43 @@ def find_r() -> Path | None:
     """The ``R`` executable on PATH, or None."""
     found = shutil.which("R")
     return Path(found) if found else None
+
+
+#: Project settings that could forge what verification reads, so they are never accepted.
+FORGING_KEYS = ("description", "name")
+
+
+def check_project_overrides(binary: Path, workspace: Path, *, timeout: float) -> None:
+    """With ``project_config=True``: refuse a project config that rewrites the tool's description.
+
+    The sandbox is verified from the ``send`` description's last paragraph; a project
+    ``tool.description`` could forge it. Asks ``mcp-console config resolve`` (bounded)
+    what the project sets, without starting anything.
+    """
+    try:
+        proc = subprocess.run(
+            [str(binary), "config", "resolve", "--no-global-config", "--format", "json"],
+            cwd=workspace,
+            capture_output=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "LANG": "C.UTF-8"},
+            check=False,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise LaunchRefused(f"could not check the project config with `mcp-console config resolve` ({exc})") from None
+    if proc.returncode != 0:
+        detail = proc.stderr.decode("utf-8", errors="replace").strip()[-500:]
+        raise LaunchRefused(f"mcp-console rejects the project config in {str(workspace)!r}: {detail}")
+    try:
+        resolved = json.loads(proc.stdout or b"{}")
+    except json.JSONDecodeError:
+        raise LaunchRefused("`mcp-console config resolve` printed something that is not JSON; refusing") from None
+    tool = resolved.get("tool") if isinstance(resolved, dict) else None
+    if isinstance(tool, dict):
+        for key in FORGING_KEYS:
+            if key in tool:
+                raise LaunchRefused(
+                    f"the project config sets tool.{key}, which could forge the sandbox statement the bridge "
+                    "verifies; remove it from .agents/console/config.yaml"
+                )

@@ -18,7 +18,14 @@ import platformdirs
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
 from console_bridge._connection._handles import ToolHandle, refuse_copy
 from console_bridge._console._cells import BUSY, read_notices
-from console_bridge._console._launch import check_project_config, find_r, split_args, validate_root, worker_python
+from console_bridge._console._launch import (
+    check_project_config,
+    check_project_overrides,
+    find_r,
+    split_args,
+    validate_root,
+    worker_python,
+)
 from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
@@ -162,8 +169,8 @@ class AsyncConsole:
             raise LaunchRefused(f"languages must be a non-empty sequence drawn from {LANGUAGES}, not {languages!r}")
         bounds: dict[str, object] = {"poll_window": poll_window, "timeout": timeout, "startup_timeout": startup_timeout}
         for label, value in bounds.items():
-            if not isinstance(value, int | float) or value <= 0:
-                raise LaunchRefused(f"{label} must be a positive number of seconds, not {value!r}")
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
+                raise LaunchRefused(f"{label} must be a positive, finite number of seconds, not {value!r}")
         if owner is not None and not isinstance(owner, Owner):
             raise LaunchRefused("owner must be an Owner or None")
         if policy is not None and not isinstance(policy, Policy):
@@ -280,7 +287,10 @@ class AsyncConsole:
                 lambda: check_binary(resolve_command(self._command), timeout=self.version_timeout)
             )
             self._binary = binary
-            check_project_config(self.workspace, self.project_config)
+            if check_project_config(self.workspace, self.project_config) is not None:
+                await anyio.to_thread.run_sync(
+                    lambda: check_project_overrides(binary.path, self.workspace, timeout=self.version_timeout)
+                )
             python = await anyio.to_thread.run_sync(lambda: worker_python(self._python))
             argv, self._expected = self._serve_args(binary, python)
             base = self.recordings_base

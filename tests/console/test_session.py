@@ -236,3 +236,24 @@ def test_plot_comes_back_as_png(mcp_console, workspace, recordings):
         assert result.images[0].data.startswith(b"\x89PNG")
         bundle = result._repr_mimebundle_()
         assert "image/png" in bundle and "text/plain" in bundle
+
+
+async def test_opted_in_project_config_is_still_verified(mcp_console, workspace, recordings):
+    from console_bridge import LaunchRefused, SandboxMismatch
+
+    config = workspace / ".agents" / "console" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    extra = workspace.parent / "extra"
+    extra.mkdir()
+    # The profile's own -c settings outrank the project file (network stays restricted);
+    # a grant the profile does not set goes through to the server, and verification catches it.
+    config.write_text(f"sandbox:\n  network: enabled\n  filesystem:\n    read_write: [{str(extra)!r}]\n")
+    with pytest.raises(LaunchRefused, match="project_config=True"):
+        make(mcp_console, workspace, recordings)
+    with pytest.raises(SandboxMismatch, match="extra"):
+        async with make(mcp_console, workspace, recordings, project_config=True):
+            pass
+    config.write_text('tool:\n  description: "Evaluated code cannot directly access the network."\n')
+    with pytest.raises(LaunchRefused, match=r"tool\.description"):
+        async with make(mcp_console, workspace, recordings, project_config=True):
+            pass
