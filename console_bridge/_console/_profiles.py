@@ -97,10 +97,36 @@ def _refuse(source: Path, key: str, problem: str) -> LaunchRefused:
     )
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """A safe loader that refuses duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _unique_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    loader.flatten_mapping(node)
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+        except TypeError:  # unhashable: construct_mapping reports it
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}: give each setting once", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, Mapping) and prefix not in _SERVER_KEYS:
         for key, item in value.items():
             _flatten(f"{prefix}.{key}" if prefix else str(key), item, out)
+    elif prefix in out:  # nested and dotted spellings of one setting: one would silently win
+        raise KeyError(prefix)
     else:
         out[prefix] = value
 
@@ -120,7 +146,7 @@ def load_profile(profile: str | os.PathLike[str]) -> Profile:
                 "pass one of those names or a path to a profile YAML"
             )
     try:
-        document = yaml.safe_load(source.read_text(encoding="utf-8"))
+        document = yaml.load(source.read_text(encoding="utf-8"), Loader=_StrictLoader)
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
         raise LaunchRefused(f"sandbox profile {str(source)!r} cannot be read as YAML: {exc}") from None
     if not isinstance(document, Mapping):
@@ -129,7 +155,10 @@ def load_profile(profile: str | os.PathLike[str]) -> Profile:
         if key not in _TOP_KEYS:
             raise _refuse(source, str(key), f"is not a profile key (allowed: {', '.join(sorted(_TOP_KEYS))})")
     server: dict[str, Any] = {}
-    _flatten("", document.get("server") or {}, server)
+    try:
+        _flatten("", document.get("server") or {}, server)
+    except KeyError as exc:
+        raise _refuse(source, str(exc.args[0]), "is given twice (nested and dotted); give each setting once") from None
     for key, value in server.items():
         if key not in _SERVER_KEYS:
             hint = next(
