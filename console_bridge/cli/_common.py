@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import sys
 from collections.abc import Sequence
 from enum import IntEnum
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -25,11 +24,11 @@ from console_bridge._errors import (
 __all__ = [
     "PREFIX",
     "ByteSize",
-    "CliFailure",
     "Duration",
     "ExitCode",
     "error_text",
     "exit_code_for",
+    "fail",
     "human_size",
     "iso",
     "parse_duration",
@@ -62,24 +61,18 @@ def exit_code_for(exc: BaseException) -> ExitCode:
 
 def error_text(exc: BaseException, *, debug: bool = False) -> str:
     """One readable paragraph for ``exc``; with ``debug``, the server's stderr tail too."""
-    if isinstance(exc, BridgeError):
-        text = exc.message if not debug else str(exc)
-    else:
-        text = str(exc) or type(exc).__name__
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, BridgeError) and not debug:
+        text = exc.message
     if not debug:
         text = " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
     return text
 
 
-class CliFailure(click.ClickException):
-    """A failure reported as ``console-bridge: MESSAGE`` on stderr with a chosen exit status."""
-
-    def __init__(self, message: str, code: int = ExitCode.CODE_ERROR) -> None:
-        super().__init__(message)
-        self.exit_code = int(code)
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"{PREFIX}: {self.format_message()}", file=file or sys.stderr)
+def fail(message: str, code: int = ExitCode.CODE_ERROR) -> NoReturn:
+    """Print ``console-bridge: MESSAGE`` on stderr and exit with ``code``."""
+    click.echo(f"{PREFIX}: {message}", err=True)
+    raise click.exceptions.Exit(int(code))
 
 
 # ------------------------------------------------------------------ durations and sizes
@@ -115,7 +108,14 @@ def human_size(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-class Duration(click.ParamType):
+if TYPE_CHECKING:
+    _DurationBase = click.ParamType[dt.timedelta]
+    _SizeBase = click.ParamType[int]
+else:  # click < 8.2 has no generic ParamType
+    _DurationBase = _SizeBase = click.ParamType
+
+
+class Duration(_DurationBase):
     name = "DURATION"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dt.timedelta:
@@ -127,7 +127,7 @@ class Duration(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class ByteSize(click.ParamType):
+class ByteSize(_SizeBase):
     name = "SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:

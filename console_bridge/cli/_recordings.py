@@ -1,0 +1,255 @@
+"""``console-bridge recordings``: list, show, prune, delete and export session recordings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from console_bridge._console._recordings import Recording, Recordings, default_recordings_root
+from console_bridge._errors import BridgeError
+from console_bridge.cli._common import ByteSize, Duration, error_text, fail, human_size, iso, table
+
+__all__ = ["recordings_group"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _state(rec: Recording) -> str:
+    if rec.live:
+        return "live"
+    return "finalized" if rec.finalized else "unfinished"
+
+
+def _as_dict(rec: Recording, *, detail: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "run_id": rec.run_id,
+        "path": str(rec.path),
+        "started_at": iso(rec.started_at),
+        "size_bytes": rec.size_bytes,
+        "finalized": rec.finalized,
+        "live": rec.live,
+        "layout": rec.layout,
+    }
+    if detail:
+        transcript = rec.transcript
+        data["transcript"] = str(transcript) if transcript else None
+        data["events"] = sum(1 for _event in rec.events())
+        data["files"] = sum(1 for path in rec.path.rglob("*") if path.is_file())
+    return data
+
+
+def root_option(func: F) -> F:
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="The recordings folder (default: the one `run` uses without --recordings-dir).",
+    )(func)
+
+
+def _recordings(ctx: click.Context, root: Path | None) -> Recordings:
+    chosen = root if root is not None else (ctx.obj or {}).get("root")
+    return Recordings(chosen if chosen is not None else default_recordings_root())
+
+
+def _message(exc: BaseException) -> str:
+    return error_text(exc).replace("Recordings().list()", "`console-bridge recordings list`")
+
+
+def _get(recs: Recordings, run_id: str) -> Recording:
+    try:
+        return recs.get(run_id)
+    except BridgeError as exc:
+        fail(_message(exc))
+
+
+RECORDINGS_HELP = f"""Manage the session recordings (calls, code, output, images: unredacted).
+
+\b
+Every `run` session records under ROOT/sessions/RUN_ID/. The default ROOT is
+{default_recordings_root()}
+(`run --recordings-dir` chooses another; so does --root here). A recording is
+finalized when its session closed cleanly; a live one (its server still runs)
+is never deleted or pruned.
+
+\b
+Examples:
+  console-bridge recordings list
+  console-bridge recordings show 20261129T181911.868300580Z-0000007855
+  console-bridge recordings prune --older-than 7d --keep-last 20 --dry-run
+  console-bridge recordings prune --max-size 1G
+  console-bridge recordings export 20261129T181911.868300580Z-0000007855 out/
+  console-bridge recordings delete 20261129T181911.868300580Z-0000007855
+  console-bridge recordings --root ./recs list --json
+"""
+
+
+@click.group("recordings", help=RECORDINGS_HELP)
+@root_option
+@click.pass_context
+def recordings_group(ctx: click.Context, root: Path | None) -> None:
+    ctx.obj = {"root": root}
+
+
+@recordings_group.command(
+    "list",
+    help="""List recordings, newest first.
+
+\b
+Examples:
+  console-bridge recordings list
+  console-bridge recordings list --root ./recs --json
+""",
+)
+@root_option
+@click.option("--json", "json_output", is_flag=True, help="Print JSON.")
+@click.pass_context
+def list_recordings(ctx: click.Context, root: Path | None, json_output: bool) -> None:
+    recs = _recordings(ctx, root)
+    found = recs.list()
+    if json_output:
+        click.echo(json.dumps({"root": str(recs.root), "recordings": [_as_dict(r) for r in found]}, indent=2))
+        return
+    if not found:
+        click.echo(f"no recordings under {recs.root}")
+        return
+    rows = [[r.run_id, iso(r.started_at) or "?", human_size(r.size_bytes), _state(r)] for r in found]
+    click.echo(table(["run id", "started (UTC)", "size", "state"], rows))
+    total = sum(r.size_bytes for r in found)
+    click.echo(f"\n{len(found)} recording{'s' if len(found) != 1 else ''}, {human_size(total)}, under {recs.root}")
+
+
+@recordings_group.command(
+    "show",
+    help="""Show one recording: where it is, its state, size and events.
+
+\b
+Examples:
+  console-bridge recordings show RUN_ID
+  console-bridge recordings show RUN_ID --transcript
+  console-bridge recordings show RUN_ID --json
+""",
+)
+@click.argument("run_id")
+@root_option
+@click.option("--transcript", is_flag=True, help="Print the transcript too.")
+@click.option("--json", "json_output", is_flag=True, help="Print JSON.")
+@click.pass_context
+def show_recording(ctx: click.Context, run_id: str, root: Path | None, transcript: bool, json_output: bool) -> None:
+    rec = _get(_recordings(ctx, root), run_id)
+    data = _as_dict(rec, detail=True)
+    if json_output:
+        click.echo(json.dumps(data, indent=2))
+        return
+    width = max(len(key) for key in data) + 1
+    click.echo("\n".join(f"{(key + ':').ljust(width)} {value}" for key, value in data.items()))
+    if transcript and rec.transcript is not None:
+        click.echo("\n" + rec.transcript.read_text(encoding="utf-8", errors="replace"), nl=False)
+
+
+@recordings_group.command(
+    "prune",
+    help="""Delete recordings by age, count and total size (never a live one).
+
+A recording goes when it is older than --older-than, or beyond the newest
+--keep-last, or when the newer ones already add up to --max-size.
+
+\b
+Examples:
+  console-bridge recordings prune --older-than 7d
+  console-bridge recordings prune --keep-last 20
+  console-bridge recordings prune --max-size 1G --dry-run
+""",
+)
+@root_option
+@click.option("--older-than", type=Duration(), help="Age, like 7d, 12h, 30m, 2w.")
+@click.option("--keep-last", type=click.IntRange(min=0), metavar="N", help="Keep the newest N.")
+@click.option("--max-size", type=ByteSize(), help="Total size to keep, like 500M or 1G.")
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@click.option("--json", "json_output", is_flag=True, help="Print JSON.")
+@click.pass_context
+def prune_recordings(
+    ctx: click.Context,
+    root: Path | None,
+    older_than: dt.timedelta | None,
+    keep_last: int | None,
+    max_size: int | None,
+    dry_run: bool,
+    json_output: bool,
+) -> None:
+    if older_than is None and keep_last is None and max_size is None:
+        raise click.UsageError("give at least one of --older-than, --keep-last, --max-size")
+    recs = _recordings(ctx, root)
+    sizes = {rec.run_id: rec.size_bytes for rec in recs.list()}
+    try:
+        gone = recs.prune(older_than=older_than, keep_last=keep_last, max_total_bytes=max_size, dry_run=dry_run)
+    except (BridgeError, OSError) as exc:
+        fail(f"pruning {recs.root} failed: {_message(exc)}")
+    freed = sum(sizes.get(rec.run_id, 0) for rec in gone)
+    if json_output:
+        document = {
+            "root": str(recs.root),
+            "dry_run": dry_run,
+            "removed": [rec.run_id for rec in gone],
+            "freed_bytes": freed,
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    for rec in gone:
+        click.echo(f"{verb} {rec.run_id} ({human_size(sizes.get(rec.run_id, 0))})")
+    count = len(gone)
+    click.echo(f"{verb} {count} recording{'s' if count != 1 else ''}, {human_size(freed)}, under {recs.root}")
+
+
+@recordings_group.command(
+    "delete",
+    help="""Delete recordings (a live one is refused).
+
+\b
+Examples:
+  console-bridge recordings delete RUN_ID
+  console-bridge recordings delete RUN_ID OTHER_RUN_ID --root ./recs
+""",
+)
+@click.argument("run_ids", nargs=-1, required=True, metavar="RUN_ID...")
+@root_option
+@click.pass_context
+def delete_recordings(ctx: click.Context, run_ids: tuple[str, ...], root: Path | None) -> None:
+    recs = _recordings(ctx, root)
+    for run_id in run_ids:
+        try:
+            recs.delete(run_id)
+        except (BridgeError, OSError) as exc:
+            fail(_message(exc))
+        click.echo(f"deleted {run_id}")
+
+
+@recordings_group.command(
+    "export",
+    help="""Write one recording as a .tar.gz archive to DEST (a file, or a folder for RUN_ID.tar.gz).
+
+\b
+Examples:
+  console-bridge recordings export RUN_ID ./exports/
+  console-bridge recordings export RUN_ID ./session.tar.gz
+""",
+)
+@click.argument("run_id")
+@click.argument("dest", type=click.Path())
+@root_option
+@click.pass_context
+def export_recording(ctx: click.Context, run_id: str, dest: str, root: Path | None) -> None:
+    recs = _recordings(ctx, root)
+    try:
+        if dest.endswith(("/", os.sep)):  # a folder that may not exist yet
+            Path(dest).mkdir(parents=True, exist_ok=True)
+        target = recs.export(run_id, dest)
+    except (BridgeError, OSError) as exc:
+        fail(_message(exc))
+    click.echo(str(target))

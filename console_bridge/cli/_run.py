@@ -1,0 +1,682 @@
+"""``console-bridge run``: run files in one verified, sandboxed mcp-console session."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import mimetypes
+import os
+import re
+import shutil
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+
+from console_bridge._console._cells import read_notices
+from console_bridge._console._sandbox import SandboxPolicy
+from console_bridge._console._session import AsyncConsole
+from console_bridge._errors import BridgeError, CellTimeout
+from console_bridge._results import CellResult, Image
+from console_bridge.cli._common import PREFIX, ExitCode, error_text, exit_code_for, human_size, iso
+from console_bridge.cli._detect import chunk_output, code_error, language_for
+
+__all__ = ["run_command"]
+
+_IMAGE_NAME = re.compile(r"^image-\d{3,}\.[A-Za-z0-9]+$")
+_OWN_FILES = ("output.txt", "report.json")
+_TICK = 0.2  # seconds between redraws of the TTY status line
+_STARTUP_TIMEOUT = 60.0  # seconds, the library's default, capped by --timeout
+
+
+# ---------------------------------------------------------------- what to run
+@dataclass
+class Source:
+    """One file (or stdin) to run as one cell."""
+
+    name: str
+    path: str | None
+    language: str
+    code: str
+
+
+@dataclass
+class FileRun:
+    """What happened to one source."""
+
+    source: Source
+    status: str = "not run"  # ok | error | timeout | interrupted | not run
+    chunks: list[str] = field(default_factory=list)  # what was shown, image markers included
+    streamed: list[str] = field(default_factory=list)  # each chunk's output as the library merges it
+    images: list[str] = field(default_factory=list)
+    elapsed: float | None = None
+    error: str | None = None
+
+    @property
+    def output(self) -> str:
+        return "".join(self.chunks)
+
+    def as_dict(self, *, with_output: bool) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "file": self.source.name,
+            "path": self.source.path,
+            "language": self.source.language,
+            "status": self.status,
+            "elapsed_s": None if self.elapsed is None else round(self.elapsed, 3),
+            "images": list(self.images),
+            "error": self.error,
+        }
+        if with_output:
+            data["output"] = self.output
+        return data
+
+
+def load_sources(files: tuple[str, ...], language: str | None) -> list[Source]:
+    """Read every file up front (a usage error, exit 2, when one cannot be read or has no language)."""
+    sources: list[Source] = []
+    if files.count("-") > 1:
+        raise click.UsageError("'-' (stdin) can be given only once")
+    for name in files:
+        lang = language or ("python" if name == "-" else language_for(name))
+        if lang is None:
+            raise click.UsageError(
+                f"cannot tell the language of {name!r} from its extension (known: .py, .R/.r, .sql); pass --language"
+            )
+        if name == "-":
+            code = sys.stdin.read()
+            sources.append(Source("<stdin>", None, lang, code))
+            continue
+        path = Path(name)
+        try:
+            code = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise click.BadParameter(f"{name!r} is not UTF-8 text", param_hint="FILE") from None
+        except OSError as exc:
+            raise click.BadParameter(f"{name!r} cannot be read ({exc.strerror or exc})", param_hint="FILE") from None
+        sources.append(Source(name, str(path.absolute()), lang, code))
+    return sources
+
+
+# ---------------------------------------------------------------- the terminal
+class Terminal:
+    """Streams the code's output to stdout and, on a TTY, a live status line to stderr."""
+
+    def __init__(self, *, stream: bool, quiet: bool) -> None:
+        self.stream = stream
+        self.quiet = quiet
+        self.decorate = not quiet and _isatty(sys.stderr)
+        self._stdout_tty = _isatty(sys.stdout)
+        self.captured: list[str] = []
+        self._stdout_ok = True
+        self._shown = 0
+        self._label: str | None = None
+        self._since = time.monotonic()
+        self._midline = False
+
+    # output of the code
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        self.captured.append(text)
+        if not self.stream or not self._stdout_ok:
+            return
+        self.clear()
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self._stdout_ok = False
+            _silence_stdout()
+        self._midline = not text.endswith("\n")
+
+    def end_file(self) -> None:
+        """Start the next file's output on a line of its own."""
+        if self.captured and not self.captured[-1].endswith("\n"):
+            self.write("\n")
+
+    # the status line
+    def set_label(self, label: str | None) -> None:
+        self._label = label
+        self._since = time.monotonic()
+        self.tick()
+
+    def tick(self) -> None:
+        if not self.decorate or self._label is None or (self._midline and self._stdout_tty):
+            return
+        elapsed = time.monotonic() - self._since
+        line = f"[{PREFIX}] {self._label} {elapsed:.1f}s"
+        width = max(20, shutil.get_terminal_size((80, 24)).columns - 1)
+        line = line[:width]
+        pad = " " * max(0, self._shown - len(line))
+        self._stderr(f"\r{line}{pad}")
+        self._shown = len(line)
+
+    def clear(self) -> None:
+        if self._shown:
+            self._stderr("\r" + " " * self._shown + "\r")
+            self._shown = 0
+
+    # messages
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.clear()
+            self._stderr(f"[{PREFIX}] {message}\n")
+
+    def error(self, message: str) -> None:
+        self.clear()
+        self._stderr(f"{PREFIX}: {message}\n")
+
+    def _stderr(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _silence_stdout() -> None:
+    """stdout's reader went away (``| head``): keep running, drop the rest of the output."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+# ---------------------------------------------------------------- one run
+@dataclass
+class Options:
+    workspace: Path
+    profile: str
+    writable_roots: tuple[str, ...]
+    timeout: float | None
+    poll_window: float
+    artifacts: Path | None
+    json_output: bool
+    quiet: bool
+    debug: bool
+    python: str | None
+    recordings_dir: str | None
+    command: str | None
+
+
+@dataclass
+class RunState:
+    """Everything the report needs, filled in as the run goes."""
+
+    files: list[FileRun]
+    started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    started: float = field(default_factory=time.monotonic)
+    ended_at: dt.datetime | None = None
+    exit_code: ExitCode = ExitCode.OK
+    error: str | None = None
+    debug_trace: str | None = None
+    version: str | None = None
+    command: str | None = None
+    sandbox: dict[str, Any] | None = None
+    images: list[tuple[str, Image]] = field(default_factory=list)
+    recording: dict[str, Any] | None = None
+    console: AsyncConsole | None = None
+
+    def fail(self, code: ExitCode, message: str) -> None:
+        if self.exit_code == ExitCode.OK:
+            self.exit_code, self.error = code, message
+
+    def add_image(self, image: Image) -> str:
+        extension = {"image/jpeg": ".jpg", "image/svg+xml": ".svg"}.get(image.mime_type) or (
+            mimetypes.guess_extension(image.mime_type) or ".bin"
+        )
+        name = f"image-{len(self.images) + 1:03d}{extension}"
+        self.images.append((name, image))
+        return name
+
+    def report(self, opts: Options, *, with_output: bool) -> dict[str, Any]:
+        from console_bridge import __version__
+
+        ended = self.ended_at or dt.datetime.now(dt.UTC)
+        return {
+            "console_bridge": __version__,
+            "mcp_console": {"version": self.version, "command": self.command},
+            "profile": opts.profile,
+            "workspace": str(opts.workspace.resolve()),
+            "writable_roots": [str(Path(root).expanduser().resolve()) for root in opts.writable_roots],
+            "sandbox": self.sandbox,
+            "started_at": iso(self.started_at),
+            "ended_at": iso(ended),
+            "duration_s": round((ended - self.started_at).total_seconds(), 3),
+            "exit_status": int(self.exit_code),
+            "error": self.error,
+            "recording": self.recording,
+            "files": [run.as_dict(with_output=with_output) for run in self.files],
+        }
+
+
+def _describe(sandbox: dict[str, Any]) -> str:
+    try:
+        return SandboxPolicy(
+            sandboxed=bool(sandbox["sandboxed"]),
+            network=sandbox["network"],
+            writable=frozenset(sandbox["writable"]),
+            inherit_codex=bool(sandbox.get("inherit_codex", False)),
+        ).describe()
+    except (KeyError, TypeError, ValueError):
+        return json.dumps(sandbox)
+
+
+async def _ticker(term: Terminal) -> None:
+    while True:
+        await anyio.sleep(_TICK)
+        term.tick()
+
+
+async def _session(opts: Options, state: RunState, term: Terminal) -> None:
+    async with anyio.create_task_group() as group:
+        if term.decorate:
+            group.start_soon(_ticker, term)
+        try:
+            await _drive(opts, state, term)
+        finally:
+            group.cancel_scope.cancel()
+
+
+def _remaining(opts: Options, state: RunState) -> float | None:
+    if opts.timeout is None:
+        return None
+    return opts.timeout - (time.monotonic() - state.started)
+
+
+async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
+    """Start, run every file in order (stopping at the first failure), close. Records every failure in
+    ``state``; only cancellation (Ctrl-C) propagates."""
+    languages = ["python", "sql"]
+    if any(run.source.language == "r" for run in state.files):
+        languages.append("r")
+    term.set_label("starting mcp-console")
+    try:
+        remaining = _remaining(opts, state)
+        console = AsyncConsole(
+            opts.workspace,
+            profile=opts.profile,
+            writable_roots=opts.writable_roots,
+            command=opts.command,
+            python=opts.python,
+            languages=languages,
+            poll_window=opts.poll_window,
+            startup_timeout=min(_STARTUP_TIMEOUT, remaining) if remaining is not None else _STARTUP_TIMEOUT,
+            recordings_dir=opts.recordings_dir,
+        )
+        state.console = console
+        try:
+            await console.start()
+            status = console.status()
+            state.version, state.command = status.version, status.command
+            if status.sandbox is not None:
+                state.sandbox = {**status.sandbox, "description": _describe(status.sandbox)}
+            term.info(
+                f"mcp-console {state.version}, profile {opts.profile}: "
+                f"{state.sandbox['description'] if state.sandbox else 'sandbox unknown'}"
+            )
+            total = len(state.files)
+            for index, run in enumerate(state.files, start=1):
+                label = f"running {run.source.name}" + (f" ({index}/{total})" if total > 1 else "")
+                term.set_label(label)
+                if not await _run_file(console, run, opts, state, term):
+                    break
+        finally:
+            term.set_label("stopping mcp-console")
+            await console.close()
+    except BridgeError as exc:
+        state.fail(exit_code_for(exc), error_text(exc, debug=opts.debug))
+        if opts.debug:
+            state.debug_trace = traceback.format_exc()
+    except Exception as exc:
+        state.fail(
+            ExitCode.CODE_ERROR,
+            f"internal error ({type(exc).__name__}: {exc}); rerun with --debug for the traceback and report it",
+        )
+        state.debug_trace = traceback.format_exc()
+    finally:
+        term.set_label(None)
+        term.clear()
+
+
+async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal) -> bool:
+    """Run one source as one cell; True when it succeeded and the next may run."""
+    name, language = run.source.name, run.source.language
+    remaining = _remaining(opts, state)
+    if remaining is not None and remaining <= 0:
+        run.status = "timeout"
+        run.error = f"not started: the run passed --timeout={opts.timeout:g}s"
+        state.fail(ExitCode.TIMEOUT, f"the run passed --timeout={opts.timeout:g}s before {name} started")
+        return False
+    started = time.monotonic()
+
+    def on_output(chunk: CellResult) -> None:
+        text = chunk_output(chunk)
+        run.streamed.append(read_notices(chunk.text).output)
+        if text:
+            run.chunks.append(text)
+            term.write(text)
+        for image in chunk.images:
+            image_name = state.add_image(image)
+            run.images.append(image_name)
+            marker = f"[image {image_name}: {image.mime_type}, {human_size(len(image.data))}]\n"
+            if run.chunks and not run.chunks[-1].endswith("\n"):
+                marker = "\n" + marker
+            run.chunks.append(marker)
+            term.write(marker)
+
+    if not run.source.code.strip():
+        run.status, run.elapsed = "ok", 0.0
+        return True
+    try:
+        result = await console.run(**{language: run.source.code}, timeout=remaining, on_output=on_output)
+    except CellTimeout as exc:
+        # What the interrupt itself printed (where the code was): not streamed by on_output.
+        partial = exc.result.text if exc.result is not None else ""
+        streamed = "".join(run.streamed)
+        if partial.startswith(streamed) and partial[len(streamed) :].strip() not in ("", "[done]"):
+            rest = partial[len(streamed) :]
+            run.chunks.append(rest)
+            term.write(rest)
+        run.status = "timeout"
+        run.error = f"interrupted after --timeout={opts.timeout:g}s"
+        state.fail(
+            ExitCode.TIMEOUT,
+            f"{name} was still running when the run reached --timeout={opts.timeout:g}s; it was interrupted "
+            "and the session closed. Raise --timeout or make the code faster.",
+        )
+        return False
+    except BridgeError as exc:
+        run.status = "error"
+        run.error = error_text(exc)
+        state.fail(exit_code_for(exc), f"{name}: {error_text(exc, debug=opts.debug)}")
+        if opts.debug:
+            state.debug_trace = traceback.format_exc()
+        return False
+    finally:
+        run.elapsed = time.monotonic() - started
+        term.end_file()
+    if result.waiting_for_input:
+        with contextlib.suppress(BridgeError):
+            await console.interrupt()
+        run.status = "error"
+        run.error = f"asked for input ({result.prompt!r})"
+        state.fail(
+            ExitCode.CODE_ERROR,
+            f"{name} asked for input (prompt {result.prompt!r}) but `console-bridge run` gives the code no "
+            "stdin; it was interrupted. Put the value in the code or read it from a file.",
+        )
+        return False
+    why = code_error(language, run.output, result)
+    if why is not None:
+        run.status, run.error = "error", why
+        where = "the output above" if term.stream else "its output"
+        left = sum(1 for other in state.files if other.status == "not run")
+        rest = f"; {left} later file{'s' if left != 1 else ''} not run" if left > 0 else ""
+        state.fail(ExitCode.CODE_ERROR, f"{name}: {why} (see {where}){rest}")
+        return False
+    run.status = "ok"
+    return True
+
+
+# ---------------------------------------------------------------- artifacts
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (never through a symlink, never over an existing file)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    for root, dirs, _files in os.walk(path):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, name), 0o755)
+    shutil.rmtree(path)
+
+
+def _copy_recording(source: Path, target: Path) -> None:
+    """Copy a recording as ordinary user files (the originals are read-only once finalized)."""
+    target.mkdir()
+    for root, dirs, files in os.walk(source):
+        rel = Path(root).relative_to(source)
+        for name in dirs:
+            if not (Path(root) / name).is_symlink():
+                (target / rel / name).mkdir()
+        for name in files:
+            src = Path(root) / name
+            if src.is_symlink() or not src.is_file():
+                continue
+            _write_new(target / rel / name, src.read_bytes())
+
+
+def write_artifacts(dest: Path, expected_real: str, state: RunState, term: Terminal, opts: Options) -> None:
+    """Write output.txt, the images, a copy of the recording and report.json into ``dest``."""
+    if os.path.realpath(dest) != expected_real:
+        raise OSError(
+            f"the artifacts folder {str(dest)!r} now resolves to {os.path.realpath(dest)!r}, not "
+            f"{expected_real!r} as before the run (did the code replace it?); nothing was written"
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in list(dest.iterdir()):
+        if entry.name in _OWN_FILES or _IMAGE_NAME.match(entry.name):
+            entry.unlink()
+        elif entry.name == "recording":
+            _remove_tree(entry)
+    _write_new(dest / "output.txt", "".join(term.captured).encode("utf-8"))
+    for name, image in state.images:
+        _write_new(dest / name, image.data)
+    copied = False
+    if state.recording is not None:
+        _copy_recording(Path(state.recording["path"]), dest / "recording")
+        copied = True
+    report = state.report(opts, with_output=False)
+    report["artifacts"] = {
+        "dir": str(dest.absolute()),
+        "output": "output.txt",
+        "images": [name for name, _image in state.images],
+        "recording": "recording" if copied else None,
+    }
+    _write_new(dest / "report.json", (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+
+
+def _artifacts_target(path: Path) -> str:
+    if path.exists() and not path.is_dir():
+        raise click.BadParameter(f"{str(path)!r} exists and is not a folder", param_hint="--artifacts")
+    return os.path.realpath(path)
+
+
+# ---------------------------------------------------------------- the command
+def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
+    sources = load_sources(files, language)
+    expected_real = _artifacts_target(opts.artifacts) if opts.artifacts is not None else ""
+    state = RunState(files=[FileRun(source) for source in sources])
+    term = Terminal(stream=not opts.json_output, quiet=opts.quiet)
+    try:
+        anyio.run(_session, opts, state, term)
+    except KeyboardInterrupt:
+        term.clear()
+        for run in state.files:
+            if run.status == "not run" and run.elapsed is not None:
+                run.status = "interrupted"
+        state.fail(ExitCode.INTERRUPTED, "interrupted (Ctrl-C); the session was closed")
+    state.ended_at = dt.datetime.now(dt.UTC)
+    console = state.console
+    recording = console.recording if console is not None else None
+    if recording is not None:
+        state.recording = {
+            "run_id": recording.run_id,
+            "path": str(recording.path),
+            "finalized": recording.finalized,
+        }
+    if opts.artifacts is not None:
+        try:
+            write_artifacts(opts.artifacts, expected_real, state, term, opts)
+        except OSError as exc:
+            state.fail(ExitCode.CODE_ERROR, f"could not write the artifacts to {str(opts.artifacts)!r}: {exc}")
+            if opts.artifacts.is_dir():  # keep the report consistent with the exit status
+                with contextlib.suppress(OSError):
+                    (opts.artifacts / "report.json").unlink(missing_ok=True)
+                    _write_new(
+                        opts.artifacts / "report.json",
+                        (json.dumps(state.report(opts, with_output=False), indent=2) + "\n").encode("utf-8"),
+                    )
+    if opts.json_output:
+        document = state.report(opts, with_output=True)
+        document["artifacts"] = str(opts.artifacts.absolute()) if opts.artifacts is not None else None
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.write(json.dumps(document, indent=2) + "\n")
+            sys.stdout.flush()
+    if opts.debug and state.debug_trace:
+        term.clear()
+        sys.stderr.write(state.debug_trace)
+    if state.error is not None:
+        term.error(state.error)
+    duration = (state.ended_at - state.started_at).total_seconds()
+    done = sum(1 for run in state.files if run.status == "ok")
+    parts = [f"{done}/{len(state.files)} file{'s' if len(state.files) != 1 else ''} ok in {duration:.1f}s"]
+    if state.recording is not None:
+        parts.append(f"recording {state.recording['run_id']}")
+    if opts.artifacts is not None:
+        parts.append(f"artifacts in {opts.artifacts}")
+    if state.images and opts.artifacts is None:
+        parts.append(f"{len(state.images)} image(s) not saved (use --artifacts DIR)")
+    term.info("; ".join(parts))
+    return int(state.exit_code)
+
+
+RUN_HELP = """Run FILEs (or - for stdin) in one sandboxed MCP Console session, in order.
+
+\b
+The files share one session: a variable set by the first is there for the
+second. The language comes from the extension (.py, .R/.r, .sql) or
+--language. The session is verified before any code runs: a qualified
+mcp-console, the sandbox of --profile exactly as advertised, no project config.
+Output streams as it arrives; the run stops at the first file that fails.
+
+\b
+Exit status:
+  0  every file ran without error
+  1  the code raised or returned an error (traceback, R or SQL error)
+  2  usage error (unknown option, missing file, ...)
+  3  launch refused or verification failed (nothing of the code ran)
+  4  timeout (--timeout passed; the cell was interrupted)
+
+\b
+Examples:
+  console-bridge run analysis.py
+  console-bridge run load.py model.py report.sql
+  console-bridge run --artifacts artifacts --timeout 600 analysis.py
+  console-bridge run --profile workspace --writable-root ./out job.py
+  echo 'print(6 * 7)' | console-bridge run -
+  console-bridge run --json query.sql > result.json
+"""
+
+
+@click.command("run", help=RUN_HELP, no_args_is_help=True)
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--language",
+    type=click.Choice(["python", "r", "sql"], case_sensitive=False),
+    help="Language of every FILE (default: from the extension; python for -).",
+)
+@click.option(
+    "--profile",
+    default="read-only",
+    show_default=True,
+    metavar="NAME|FILE",
+    help="Sandbox profile: a name from `console-bridge profiles` or a profile file.",
+)
+@click.option(
+    "--workspace",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The session's working folder (default: the current folder).",
+)
+@click.option(
+    "--writable-root",
+    "writable_roots",
+    multiple=True,
+    metavar="DIR",
+    help="A folder the code may write to (repeatable; must exist; never /, home or system folders).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Limit for the whole run, startup included; past it the running cell is interrupted (exit 4).",
+)
+@click.option(
+    "--poll-window",
+    type=click.FloatRange(min=0.05, max=3600),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often output is fetched while a cell runs (each fetch is one recorded call).",
+)
+@click.option(
+    "--artifacts",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help=(
+        "Write output.txt, image-NNN.png, report.json and a copy of the recording here "
+        "(written by the CLI on the host after the session)."
+    ),
+)
+@click.option(
+    "--json",
+    "json_output",
+    is_flag=True,
+    help=(
+        "Print one JSON document at the end (outputs per file, exit status, sandbox, versions, recording) "
+        "instead of streaming the output."
+    ),
+)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No status line and no informational messages on stderr; errors still print."
+)
+@click.option("--debug", is_flag=True, help="On errors, print the Python traceback and the server's stderr tail.")
+@click.option("--python", metavar="VENV", help="The venv the Python worker runs in (default: this interpreter's venv).")
+@click.option(
+    "--recordings-dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Where the session's recording goes (default: the user data folder, as `console-bridge recordings` uses).",
+)
+@click.option(
+    "--command",
+    metavar="PATH",
+    help="The mcp-console binary (default: $CONSOLE_BRIDGE_MCP_CONSOLE, else beside this Python, else PATH).",
+)
+@click.pass_context
+def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | None, **options: Any) -> None:
+    opts = Options(
+        workspace=options["workspace"],
+        profile=options["profile"],
+        writable_roots=tuple(options["writable_roots"]),
+        timeout=options["timeout"],
+        poll_window=options["poll_window"],
+        artifacts=options["artifacts"],
+        json_output=options["json_output"],
+        quiet=options["quiet"],
+        debug=options["debug"],
+        python=options["python"],
+        recordings_dir=options["recordings_dir"],
+        command=options["command"],
+    )
+    ctx.exit(execute(opts, files, language.lower() if language else None))
