@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import os
 import re
@@ -215,7 +216,13 @@ class AsyncMcpConnection:
         failure: list[BaseException] = []
         self._host_task = asyncio.get_running_loop().create_task(self._host(ready, failure))
         with anyio.move_on_after(self.startup_timeout) as scope:
-            await ready.wait()
+            try:
+                await ready.wait()
+            except anyio.get_cancelled_exc_class():
+                if not scope.cancel_called:  # cancelled by the caller: stop what was started
+                    with anyio.CancelScope(shield=True):
+                        await self._finish(ConnectionClosed(f"connect() to {self.server!r} was cancelled"))
+                raise
             if failure:
                 await self._finish(None)
                 raise self._translate_startup(failure[0])
@@ -223,10 +230,12 @@ class AsyncMcpConnection:
             try:
                 await self._handshake(self._session)
             except BaseException as exc:
+                if isinstance(exc, anyio.get_cancelled_exc_class()) and scope.cancel_called:
+                    raise  # the startup deadline: reported as CallTimeout below
                 with anyio.CancelScope(shield=True):
                     await self._finish(exc if isinstance(exc, ConnectionClosed) else None)
-                if isinstance(exc, BridgeError):
-                    raise
+                if isinstance(exc, BridgeError | anyio.get_cancelled_exc_class()):
+                    raise  # a caller's cancellation stays a cancellation
                 raise self._translate_startup(exc) from None
         if scope.cancelled_caught:
             error = CallTimeout(
@@ -380,7 +389,9 @@ class AsyncMcpConnection:
         self._interrupt_active()
         self._stop.set()
         if self._host_task is not None:
-            await self._host_done.wait()
+            # Shielded: a caller cancelled mid-close must not lose the stop (or its audit record).
+            with anyio.CancelScope(shield=True):
+                await self._host_done.wait()
         if not already:
             self._audit("lifecycle", action=action, reason=self._close_error.message)
 
@@ -726,6 +737,8 @@ class AsyncMcpConnection:
             with anyio.fail_after(self.timeout):
                 listing = await self._list_all(session, "tools")
         except (TimeoutError, MCPError, ServerError) as exc:
+            if isinstance(exc, MCPError) and exc.code == mcp_types.CONNECTION_CLOSED:
+                raise  # the server is gone, not drifted: _request reports the crash
             if self._close_error is not None:
                 raise self._closed_error(f"tool {name!r}") from None
             self._tools_changed = True  # nothing was verified: the next call re-lists again
@@ -786,7 +799,7 @@ class AsyncMcpConnection:
     async def _approve(self, name: str, args: dict[str, Any], state: _ToolState, call_id: str) -> None:
         request = ApprovalRequest(
             tool=name,
-            arguments=args,
+            arguments=copy.deepcopy(args),  # the gate cannot change what is sent
             annotations=dict(state.wire.get("annotations") or {}),
             reason=", ".join(state.exposure.reasons) or "policy",
             owner=current_owner() or self.owner,

@@ -98,6 +98,7 @@ class McpConnection:
         check_owner(self._async.owner, f"connection to {self._async.server!r}")
 
     def connect(self) -> None:
+        """Blocking :meth:`AsyncMcpConnection.connect`: start, initialize, verify the tool allowlist."""
         self._check()
         self._portal.call(self._async.connect)
 
@@ -112,28 +113,35 @@ class McpConnection:
         self._portal.stop()
 
     def status(self) -> ConnectionStatus:
+        """Local state only: nothing is sent to the server."""
         return self._async.status()
 
     def discover(self, kind: Kind = "tools", cursor: str | None = None) -> Page:
+        """One page of the server's listing; authorizes nothing (see :meth:`AsyncMcpConnection.discover`)."""
         self._check()
         return self._portal.call(self._async.discover, kind, cursor)
 
     def read_resource(self, uri: str) -> ToolResult:
+        """Read an allowlisted resource (exact URI), else :class:`NotAllowed` without contacting the server."""
         self._check()
         return self._portal.call(self._async.read_resource, uri)
 
     def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> ToolResult:
+        """Get an allowlisted prompt (exact name), else :class:`NotAllowed` without contacting the server."""
         self._check()
         return self._portal.call(self._async.get_prompt, name, arguments)
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
+        """Blocking :meth:`AsyncMcpConnection.call_tool`: same policy, same errors."""
         self._check()
         return self._portal.call(self._async.call_tool, name, arguments)
 
     def tools(self, prefix: str | None = None) -> list[ToolHandle]:
+        """Handles for the exposed allowlisted tools; call them with ``handle.call(arguments)``."""
         self._check()
         return [self._portal.blocking_handle(h) for h in self._async.tools(prefix)]
 
     def capability_tools(self, prefix: str = "mcp") -> list[ToolHandle]:
+        """Read-resource and get-prompt handles whose argument is an enum of the allowlist."""
         self._check()
         return [self._portal.blocking_handle(h) for h in self._async.capability_tools(prefix)]

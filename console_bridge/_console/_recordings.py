@@ -223,10 +223,17 @@ class Recordings:
         return removed
 
     def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
-        """Write one recording as a single ``.tar.gz`` archive; returns its path."""
+        """Write one recording as a single ``.tar.gz`` archive; returns its path.
+
+        ``dest`` is the archive's path when it ends in ``.tar.gz``/``.tgz``, else a folder
+        (created when missing) that receives ``<run_id>.tar.gz``.
+        """
         recording = self.get(run_id)
-        target = Path(dest).expanduser()
-        if target.is_dir():
+        text = os.fspath(dest)
+        target = Path(text).expanduser()
+        archive_name = target.name.endswith((".tar.gz", ".tgz"))
+        if target.is_dir() or text.endswith(os.sep) or not archive_name:
+            target.mkdir(parents=True, exist_ok=True)
             target = target / f"{run_id}.tar.gz"
         target.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(target, "w:gz") as archive:

@@ -144,20 +144,20 @@ class AuditLog:
             os.close(fd)  # another process rotated the file between open and lock
 
     def _append(self, line: bytes) -> None:
-        fd = self._open_current()
-        try:
-            if self.max_file_bytes is not None:
+        while True:
+            fd = self._open_current()
+            try:
                 size = os.fstat(fd).st_size
-                if size > 0 and size + len(line) > self.max_file_bytes:
+                if self.max_file_bytes is not None and size > 0 and size + len(line) > self.max_file_bytes:
                     self._rotate()
-                    os.close(fd)
-                    fd = self._open_current()
-            view = memoryview(line)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-        finally:
-            os.close(fd)
+                    continue  # others may fill the new file before we lock it: check again
+                view = memoryview(line)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                return
+            finally:
+                os.close(fd)
 
     def _rotate(self) -> None:
         """Shift ``path.N`` up by one and move ``path`` to ``path.1`` (caller holds the lock)."""

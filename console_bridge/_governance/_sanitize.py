@@ -34,8 +34,9 @@ __all__ = [
 TOO_LONG = "too_long"
 #: Pattern name reported for a description that is not a string at all.
 NOT_TEXT = "not_text"
-#: At most this many characters of one text are matched (the rest is still counted for ``too_long``).
-SCAN_LIMIT = 200_000
+#: At most this many characters of one text are matched (bounds the CPU a hostile server can cost);
+#: longer text is flagged ``too_long`` anyway.
+SCAN_LIMIT = 16_384
 #: Schema keys whose string values are shown to models and therefore scanned.
 SCHEMA_TEXT_KEYS = ("description", "title", "enum", "const", "default", "examples")
 #: What a flagged description or title inside a schema is replaced by.
@@ -60,17 +61,37 @@ class Pattern:
         return any(regex.search(text) for regex in self.regexes)
 
 
+_FRAGMENT = re.compile(r"\{\{(\w+)\}\}")
+
+
 def parse_patterns(text: str) -> tuple[Pattern, ...]:
-    """Parse the YAML pattern set; raises ``ValueError`` naming the bad entry."""
+    """Parse the YAML pattern set; raises ``ValueError`` naming the bad entry.
+
+    The optional ``fragments`` entry maps names to regex pieces that the patterns
+    reuse as ``{{name}}``.
+    """
     data = yaml.safe_load(text)
     if not isinstance(data, Mapping) or not data:
         raise ValueError("the pattern set must be a non-empty mapping of name -> {about, match}")
+    data = dict(data)
+    fragments = data.pop("fragments", None) or {}
+    if not isinstance(fragments, Mapping):
+        raise ValueError("'fragments' must map names to regular-expression pieces")
+
+    def expand(name: object, regex: object) -> str:
+        def piece(match: re.Match[str]) -> str:
+            if match.group(1) not in fragments:
+                raise ValueError(f"pattern {name!r} uses the unknown fragment {{{{{match.group(1)}}}}}")
+            return str(fragments[match.group(1)])
+
+        return _FRAGMENT.sub(piece, str(regex))
+
     patterns = []
     for name, entry in data.items():
         if not isinstance(entry, Mapping) or not isinstance(entry.get("match"), list) or not entry["match"]:
             raise ValueError(f"pattern {name!r} needs a non-empty 'match' list of regular expressions")
         try:
-            regexes = tuple(re.compile(str(rx), re.IGNORECASE) for rx in entry["match"])
+            regexes = tuple(re.compile(expand(name, rx), re.IGNORECASE) for rx in entry["match"])
         except re.error as exc:
             raise ValueError(f"pattern {name!r} has an invalid regular expression: {exc}") from None
         patterns.append(Pattern(str(name), str(entry.get("about", "")), regexes, bool(entry.get("raw", False))))
