@@ -11,12 +11,10 @@ Every error raised on purpose is a :class:`BridgeError`; see ``console_bridge._e
 for the tree.
 """
 
-from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Page
-from console_bridge._connection._blocking import McpConnection
+from typing import TYPE_CHECKING, Any
+
 from console_bridge._connection._handles import ToolHandle
-from console_bridge._console._blocking import Console
 from console_bridge._console._recordings import Recording, Recordings
-from console_bridge._console._session import AsyncConsole, ConsoleStatus
 from console_bridge._errors import (
     ApprovalDenied,
     BridgeError,
@@ -40,7 +38,40 @@ from console_bridge._governance._policy import ApprovalRequest, Policy
 from console_bridge._identity import Owner, current_owner, run_context
 from console_bridge._results import CellResult, Image, ToolResult
 
+if TYPE_CHECKING:
+    from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Page
+    from console_bridge._connection._blocking import McpConnection
+    from console_bridge._console._blocking import Console
+    from console_bridge._console._session import AsyncConsole, ConsoleStatus
+
 __version__ = "0.1.0"
+
+# The connection and console classes pull in the MCP SDK (about a second to import):
+# they load on first use, so `import console_bridge` and the CLI's --help stay fast.
+_LAZY = {
+    "AsyncMcpConnection": "console_bridge._connection._async",
+    "ConnectionStatus": "console_bridge._connection._async",
+    "Page": "console_bridge._connection._async",
+    "McpConnection": "console_bridge._connection._blocking",
+    "Console": "console_bridge._console._blocking",
+    "AsyncConsole": "console_bridge._console._session",
+    "ConsoleStatus": "console_bridge._console._session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'console_bridge' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "ApprovalDenied",
