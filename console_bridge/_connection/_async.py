@@ -646,6 +646,7 @@ class AsyncMcpConnection:
     # -------------------------------------------------- resources and prompts
     async def read_resource(self, uri: str) -> ToolResult:
         """Read an allowlisted resource (exact URI), else :class:`NotAllowed` without contacting the server."""
+        self._require_session(f"resource {uri!r}")  # owner and closed checks come before the allowlist
         if uri not in self._allowed_resources:
             self._refuse(f"resource {uri!r}", "not on the resources allowlist")
             raise NotAllowed(
@@ -670,6 +671,7 @@ class AsyncMcpConnection:
 
     async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> ToolResult:
         """Get an allowlisted prompt (exact name), else :class:`NotAllowed` without contacting the server."""
+        self._require_session(f"prompt {name!r}")  # owner and closed checks come before the allowlist
         if name not in self._allowed_prompts:
             self._refuse(f"prompt {name!r}", "not on the prompts allowlist")
             raise NotAllowed(

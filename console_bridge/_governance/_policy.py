@@ -66,8 +66,8 @@ class Policy:
       positively read-only through ``approve``; without ``approve`` those calls raise
       ``ApprovalDenied``. ``approve`` may be sync or async; only ``True`` approves, and
       an exception or a verdict later than ``approval_timeout`` seconds counts as a
-      denial (audited). A sync callable runs on the connection's event loop: keep it
-      quick, or make it async.
+      denial (audited). A sync callable runs on the connection's event loop and cannot
+      be interrupted (the timeout bounds async gates only): keep it quick, or make it async.
     - ``pin_schemas``: ``strict`` re-lists before every call, ``on_change`` after a
       ``tools/list_changed`` notification, ``off`` never; a change raises ``SchemaDrift``.
     - ``sanitize_descriptions``: descriptions, titles and schema texts are scanned
