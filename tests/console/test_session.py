@@ -85,6 +85,7 @@ async def test_cell_timeout_interrupts_and_session_lives_on(mcp_console, workspa
 
 async def test_stdin_prompt_is_reported_and_answered(mcp_console, workspace, recordings):
     async with make(mcp_console, workspace, recordings) as console:
+        await console.run(python="'start the worker first'")
         asked = await console.send(python="name = input('name? ')\nprint('hi', name)", timeout_ms=2000)
         assert asked.waiting_for_input and asked.prompt == "name? "
         answered = await console.send(stdin="bob\n")

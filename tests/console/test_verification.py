@@ -386,7 +386,7 @@ async def test_hanging_version_fails_within_the_timeout(tmp_path: Path, workspac
     with pytest.raises(VersionRefused) as caught:
         await console_for(fake, workspace, version_timeout=2).start()
     elapsed = time.monotonic() - started
-    assert elapsed < 4.0, elapsed
+    assert elapsed < 15.0, elapsed  # bounded by version_timeout (the fake hangs for 60 s); slack for a loaded CI
     message = str(caught.value)
     for needle in ["did not answer within 2s", QUALIFIED, INSTALL]:
         assert needle in message
