@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CellNotice", "read_notices"]
+__all__ = ["CellNotice", "bridge_hint", "read_notices"]
 
 RUNNING = "[running; poll with an empty send]"
 IDLE = "[idle]"
@@ -66,3 +66,21 @@ def read_notices(text: str) -> CellNotice:
         if output and text.startswith(output) and not output.endswith("\n") and "\n" in text[len(output) :]:
             output += "\n"
     return CellNotice(output, running, idle, waiting, prompt, exited, status, restart)
+
+
+#: Errors R's reticulate prints when it is too old for mcp-console's Python<->R bridge.
+_OLD_RETICULATE = (
+    'no binding for "install_interrupt_handlers"',
+    "unused argument (delay_load = TRUE)",
+    "unused argument (numpy_load_error)",
+)
+BRIDGE_HINT = (
+    "[console-bridge: the Python<->R bridge (`py$name` in R, `r.name` in Python) failed because R's "
+    "reticulate package is too old for this mcp-console (Debian 12 ships 1.28). Install a current reticulate "
+    "from CRAN on the host, or pass values between languages through files in TMPDIR or SQL tables.]"
+)
+
+
+def bridge_hint(text: str) -> str | None:
+    """A clear notice when ``text`` shows the cross-language bridge failing for an old reticulate."""
+    return BRIDGE_HINT if any(sign in text for sign in _OLD_RETICULATE) else None

@@ -17,7 +17,7 @@ import platformdirs
 
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
 from console_bridge._connection._handles import ToolHandle, refuse_copy
-from console_bridge._console._cells import BUSY, read_notices
+from console_bridge._console._cells import BUSY, bridge_hint, read_notices
 from console_bridge._console._launch import (
     check_project_config,
     check_project_overrides,
@@ -83,8 +83,9 @@ class ConsoleStatus:
 
 def _cell_from(result: ToolResult, elapsed: float, *, is_error: bool = False) -> CellResult:
     notice = read_notices(result.text)
+    hint = bridge_hint(result.text)
     return CellResult(
-        text=result.text,
+        text=result.text if hint is None else f"{result.text.rstrip(chr(10))}\n{hint}\n",
         content=result.content,
         images=result.images,
         structured=result.structured,
@@ -255,7 +256,7 @@ class AsyncConsole:
         argv += ["-c", f"languages=[{langs}]"]
         if "r" in self.languages:
             argv += ["-c", "r.resolution=disabled", "-c", "r.packages=[]"]
-        elif "sql" in self.languages and "python" in self.languages and find_r() is not None:
+        if "sql" in self.languages and "python" in self.languages and find_r() is not None:
             # With R installed, SQL goes to R's DuckDB; let Python own it instead.
             argv += [
                 "-c",
