@@ -152,6 +152,9 @@ async def open_stdio(
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send(data.encode("utf-8") + b"\n")
             # The session closed its write side: close the child's stdin (clean shutdown).
+            # Record the descendants first: EOF may end the child, and a descendant that
+            # left the group (setsid) is then only reachable through this record.
+            tree.snapshot()
             with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await process.stdin.aclose()
 
