@@ -13,7 +13,6 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -41,6 +40,9 @@ def _stop(cm: Any, closer: Callable[[], Awaitable[None]] | None, portal: Blockin
 
 class Portal:
     """A loop thread owned by one blocking object."""
+
+    #: Seconds to wait, after Ctrl-C, for the interrupted task to unwind.
+    interrupt_wait = 10.0
 
     def __init__(self, owner: object, what: str) -> None:
         self._what = what
@@ -73,13 +75,32 @@ class Portal:
         """Run ``await fn(*args)`` in the loop and wait. Ctrl-C cancels the task, then re-raises."""
         if self._closed:
             raise ConnectionClosed(f"{self._what} is closed; create a new one")
-        future: Future[T] = self._portal.start_task_soon(fn, *args)
+        scopes: list[anyio.CancelScope] = []
+        stop = threading.Event()
+        done = threading.Event()
+
+        async def guarded() -> T:
+            try:
+                with anyio.CancelScope() as scope:
+                    scopes.append(scope)  # publish the scope first, then look at the flag:
+                    if stop.is_set():  # whichever side comes second sees the other
+                        scope.cancel()
+                    return await fn(*args)
+                raise ConnectionClosed(f"the call on {self._what} was interrupted")
+            finally:
+                done.set()
+
         try:
+            future: Future[T] = self._portal.start_task_soon(guarded)
             return future.result()
         except KeyboardInterrupt:
-            future.cancel()
-            with contextlib.suppress(FutureCancelled, Exception):
-                future.result(timeout=10)
+            # Ctrl-C (possibly while the task was being scheduled): cancel the task in the
+            # loop and wait until it has really unwound, so the object is idle again.
+            stop.set()
+            if scopes:
+                with contextlib.suppress(Exception):
+                    self._portal.call(scopes[0].cancel)
+            done.wait(self.interrupt_wait)
             raise
 
     def stop(self) -> None:
