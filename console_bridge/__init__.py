@@ -73,6 +73,21 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext console_bridge``: the ``%%console`` magics (see ``console_bridge.jupyter``)."""
+    from console_bridge.jupyter import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext console_bridge``: close the kernel's console session and remove the magics."""
+    from console_bridge.jupyter import unload_ipython_extension as unload
+
+    unload(ipython)
+
+
 __all__ = [
     "ApprovalDenied",
     "ApprovalRequest",

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import httpx2
@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from console_bridge._config import HttpSpec, ServerSpec, StdioSpec, load_server_spec
-from console_bridge._connection._handles import ToolHandle, refuse_copy
+from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._errors import (
     ApprovalDenied,
     BridgeError,
@@ -108,7 +108,7 @@ def _names(values: Sequence[str], what: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
-class AsyncMcpConnection:
+class AsyncMcpConnection(NotCopyable):
     """A governed client for one MCP server entry of an ``mcpServers`` config.
 
     Example::
@@ -175,16 +175,6 @@ class AsyncMcpConnection:
         self._server_info: dict[str, Any] | None = None
         self._audit_id = uuid.uuid4().hex[:12]  # tells this connection's audit records apart
         self._call_seq = 0
-
-    # ----------------------------------------------------------------- copying
-    def __reduce_ex__(self, protocol: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __copy__(self) -> NoReturn:
-        refuse_copy(self)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} server={self.server!r} state={self._state} owner={self.owner!s}>"

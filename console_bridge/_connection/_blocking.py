@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Kind, Page
-from console_bridge._connection._handles import ToolHandle, refuse_copy
+from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner, check_owner
 from console_bridge._portal import Portal
@@ -16,7 +16,7 @@ from console_bridge._results import ToolResult
 __all__ = ["McpConnection"]
 
 
-class McpConnection:
+class McpConnection(NotCopyable):
     """Blocking twin of :class:`AsyncMcpConnection` (same arguments, same methods, blocking).
 
     Works in scripts, inside a running event loop (Jupyter) and from several threads
@@ -62,15 +62,6 @@ class McpConnection:
             self._portal.stop()
             raise
         self._portal.set_closer(self._async.close)
-
-    def __reduce_ex__(self, protocol: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __copy__(self) -> NoReturn:
-        refuse_copy(self)
 
     def __repr__(self) -> str:
         return repr(self._async).replace("AsyncMcpConnection", "McpConnection")

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 from console_bridge._identity import Owner, check_owner
 from console_bridge._results import ToolResult
 
-__all__ = ["ToolHandle", "refuse_copy"]
+__all__ = ["NotCopyable", "ToolHandle", "refuse_copy"]
 
 Invoke = Callable[[dict[str, Any]], Awaitable[ToolResult]]
 BlockingInvoke = Callable[[dict[str, Any]], ToolResult]
@@ -21,7 +21,22 @@ def refuse_copy(obj: object) -> NoReturn:
     )
 
 
-class ToolHandle:
+class NotCopyable:
+    """Live process state: pickling and copying raise ``TypeError`` instead of cloning a handle."""
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        refuse_copy(self)
+
+    def __copy__(self) -> NoReturn:
+        refuse_copy(self)
+
+
+class ToolHandle(NotCopyable):
     """One exposed tool, bound to its connection and owner.
 
     ``name`` is what the model sees (prefixed when a prefix was asked for); ``tool``
@@ -75,6 +90,11 @@ class ToolHandle:
         check_owner(self.owner, f"tool {self.name!r}")
         return await self._invoke(dict(arguments or {}))
 
+    @property
+    def blocking(self) -> bool:
+        """True for handles from blocking classes (``handle.call`` works)."""
+        return self._blocking is not None
+
     def call(self, arguments: Mapping[str, Any] | None = None) -> ToolResult:
         """Blocking call; only for handles from blocking classes (``McpConnection``, ``Console``)."""
         if self._blocking is None:
@@ -96,12 +116,3 @@ class ToolHandle:
             invoke=invoke,
             blocking=blocking,
         )
-
-    def __reduce_ex__(self, protocol: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __copy__(self) -> NoReturn:
-        refuse_copy(self)

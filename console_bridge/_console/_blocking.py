@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
-from console_bridge._connection._handles import ToolHandle, refuse_copy
+from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._recordings import Recording
 from console_bridge._console._session import AsyncConsole, ConsoleStatus
 from console_bridge._errors import BridgeError
@@ -17,7 +17,7 @@ from console_bridge._results import CellResult
 __all__ = ["Console"]
 
 
-class Console:
+class Console(NotCopyable):
     """Blocking twin of :class:`AsyncConsole`: same arguments, same methods, blocking.
 
     Usable in scripts, in Jupyter (inside a running event loop) and from threads (one
@@ -36,15 +36,6 @@ class Console:
             self._portal.stop()
             raise
         self._portal.set_closer(self._async.close)
-
-    def __reduce_ex__(self, protocol: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __copy__(self) -> NoReturn:
-        refuse_copy(self)
 
     def __repr__(self) -> str:
         return repr(self._async).replace("AsyncConsole", "Console")

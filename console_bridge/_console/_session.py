@@ -10,13 +10,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 import anyio
 import platformdirs
 
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
-from console_bridge._connection._handles import ToolHandle, refuse_copy
+from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._cells import BUSY, bridge_hint, read_notices
 from console_bridge._console._launch import (
     check_project_config,
@@ -122,7 +122,7 @@ def _merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -
     )
 
 
-class AsyncConsole:
+class AsyncConsole(NotCopyable):
     """A governed MCP Console session for one workspace.
 
     It refuses to run unless everything checks out: a qualified binary, allowlisted
@@ -216,16 +216,6 @@ class AsyncConsole:
         self._description = ""
         self._recording: Recording | None = None
         self._state = "new"
-
-    # ----------------------------------------------------------------- copying
-    def __reduce_ex__(self, protocol: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        refuse_copy(self)
-
-    def __copy__(self) -> NoReturn:
-        refuse_copy(self)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"

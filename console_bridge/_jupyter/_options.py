@@ -1,0 +1,143 @@
+"""Parsing ``%%console`` lines and deciding when the kernel's session must change (pure, no IPython)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import NoReturn
+
+__all__ = [
+    "DEFAULT_POLL_WINDOW",
+    "CellOptions",
+    "OptionsError",
+    "SessionSpec",
+    "describe_change",
+    "parse_cell_line",
+    "plan_session",
+]
+
+#: Seconds per observation window of the magic's session: output reaches the cell at least this often.
+DEFAULT_POLL_WINDOW = 1.0
+LANGUAGES = ("python", "sql", "r")
+USAGE = (
+    "%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR] [--timeout SECONDS] "
+    "[--poll-window SECONDS] [--recordings-dir DIR]"
+)
+
+
+class OptionsError(ValueError):
+    """A ``%%console`` line that cannot be parsed; the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class CellOptions:
+    """One ``%%console`` line. ``None`` means "not given": keep what the open session has."""
+
+    language: str = "python"
+    timeout: float | None = None
+    profile: str | None = None
+    workspace: str | None = None
+    poll_window: float | None = None
+    recordings_dir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """What the kernel's one session was opened with; a cell asking for something else reopens it."""
+
+    workspace: Path
+    profile: str = "read-only"
+    poll_window: float = DEFAULT_POLL_WINDOW
+    recordings_dir: Path | None = None
+    languages: tuple[str, ...] = ("python", "sql")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise OptionsError(f"{message}\nusage: {USAGE}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise OptionsError(message or f"usage: {USAGE}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number of seconds")
+    return value
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="%%console", add_help=False, allow_abbrev=False)
+    parser.add_argument("language", nargs="?", default="python", choices=LANGUAGES)
+    parser.add_argument("--profile")
+    parser.add_argument("--workspace")
+    parser.add_argument("--timeout", type=_seconds)
+    parser.add_argument("--poll-window", type=_seconds)
+    parser.add_argument("--recordings-dir")
+    return parser
+
+
+def parse_cell_line(line: str) -> CellOptions:
+    """Parse the text after ``%%console``; raise :class:`OptionsError` with the usage on a bad line."""
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise OptionsError(f"{exc} in {line!r}\nusage: {USAGE}") from None
+    ns = _parser().parse_args(words)
+    return CellOptions(
+        language=ns.language,
+        timeout=ns.timeout,
+        profile=ns.profile,
+        workspace=ns.workspace,
+        poll_window=ns.poll_window,
+        recordings_dir=ns.recordings_dir,
+    )
+
+
+def _path(text: str, cwd: Path) -> Path:
+    path = Path(text).expanduser()
+    return Path(os.path.normpath(path if path.is_absolute() else cwd / path))
+
+
+def plan_session(current: SessionSpec | None, options: CellOptions, *, cwd: Path) -> SessionSpec:
+    """The session a cell needs: the current one with what the cell asks for changed.
+
+    Relative paths resolve against ``cwd`` (the kernel's working folder). A language the
+    session was not opened with is added to it.
+    """
+    spec = current if current is not None else SessionSpec(workspace=_path(".", cwd))
+    changes: dict[str, object] = {}
+    if options.workspace is not None:
+        changes["workspace"] = _path(options.workspace, cwd)
+    if options.profile is not None:
+        changes["profile"] = options.profile
+    if options.poll_window is not None:
+        changes["poll_window"] = options.poll_window
+    if options.recordings_dir is not None:
+        changes["recordings_dir"] = _path(options.recordings_dir, cwd)
+    if options.language not in spec.languages:
+        changes["languages"] = (*spec.languages, options.language)
+    return replace(spec, **changes)  # type: ignore[arg-type]
+
+
+def describe_change(old: SessionSpec, new: SessionSpec) -> str:
+    """What differs between two specs, for the "closing and reopening" notice."""
+    parts = []
+    for label, before, after in (
+        ("workspace", old.workspace, new.workspace),
+        ("profile", old.profile, new.profile),
+        ("poll window", old.poll_window, new.poll_window),
+        ("recordings dir", old.recordings_dir, new.recordings_dir),
+        ("languages", ", ".join(old.languages), ", ".join(new.languages)),
+    ):
+        if before != after:
+            parts.append(f"{label} {str(before)!r} -> {str(after)!r}")
+    return "; ".join(parts)

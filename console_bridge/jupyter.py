@@ -1,0 +1,330 @@
+"""Jupyter magics for MCP Console sessions (the ``jupyter`` extra): ``%load_ext console_bridge``.
+
+One verified, sandboxed session per kernel, opened by the first ``%%console`` cell::
+
+    %load_ext console_bridge
+
+    %%console --workspace analysis/ --profile read-only
+    import pandas as pd
+    df = pd.read_csv("data.csv")
+    df.describe()
+
+    %%console sql
+    select 42 as answer
+
+``%%console [python|sql|r] [--profile P] [--workspace DIR] [--timeout S] [--poll-window S]
+[--recordings-dir DIR]`` runs the cell in the kernel's session. Output streams into the
+cell while it runs (at least every ``--poll-window`` seconds, 1 by default) and images
+(plots) are shown when it ends. Options not given keep what the open session has; a cell
+that asks for another workspace, profile, poll window, recordings folder or language
+closes the session and opens a new one, and says so (in-memory state is lost).
+``--timeout`` bounds one cell: past it the cell is interrupted and the session lives on.
+
+A failure of the bridge (a refused launch, a timeout, a closed session) shows one line,
+the :class:`~console_bridge.BridgeError`'s message, without a traceback. Code that raises
+inside the console shows its traceback as the cell's output. Interrupting the kernel
+(Ctrl-C, the stop button) interrupts the cell and keeps the session and its state.
+
+Line magics: ``%console_status`` (server, pid, workspace, profile, advertised sandbox,
+recording), ``%console_restart`` (fresh worker, state lost) and ``%console_close``. The
+session closes at ``%unload_ext``, at kernel shutdown or restart, and when the kernel
+process exits.
+
+The blocking :class:`~console_bridge.Console` also works in a notebook without the
+magics; its results render as text plus inline PNGs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from console_bridge import BridgeError, CellResult, CellTimeout, Console, ConsoleStatus, Image, ServerError
+from console_bridge._console._cells import read_notices
+from console_bridge._jupyter._options import (
+    OptionsError,
+    SessionSpec,
+    describe_change,
+    parse_cell_line,
+    plan_session,
+)
+
+__all__ = ["ConsoleMagics", "load_ipython_extension", "unload_ipython_extension"]
+
+_PREFIX = "console-bridge: "
+_TEXT_IMAGES = ("image/svg+xml",)
+_BEING_POLLED = "already being polled"
+_INTERRUPTED = "KeyboardInterrupt: the cell was interrupted; the session and its state are kept"
+_loaded: dict[InteractiveShell, ConsoleMagics] = {}
+
+
+def _one_line(exc: BaseException, text: str) -> BaseException:
+    """Make IPython show ``text`` instead of a traceback (its ``_render_traceback_`` protocol)."""
+    setattr(exc, "_render_traceback_", lambda: [text])  # noqa: B010 - an instance attribute, on purpose
+    return exc
+
+
+def _image_bundle(image: Image) -> dict[str, str]:
+    if image.mime_type in _TEXT_IMAGES:
+        data = image.data.decode("utf-8", errors="replace")
+    else:
+        data = base64.b64encode(image.data).decode("ascii")
+    return {image.mime_type: data, "text/plain": repr(image)}
+
+
+def _format_value(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(str(item) for item in value) + "]"
+    return str(value)
+
+
+def _status_text(status: ConsoleStatus) -> str:
+    """A few readable lines about a console session (what ``%console_status`` prints)."""
+    sandbox = status.sandbox
+    sandbox_text = ", ".join(f"{k}={_format_value(v)}" for k, v in sandbox.items()) if sandbox else "not verified"
+    return "\n".join(
+        [
+            f"console-bridge session: {status.state}",
+            f"  server      mcp-console {status.version or '?'}, pid {status.pid}",
+            f"  workspace   {status.workspace}",
+            f"  profile     {status.profile}",
+            f"  sandbox     {sandbox_text}",
+            f"  languages   {', '.join(status.languages)}; poll window {status.poll_window:g} s",
+            f"  recording   {status.recording or 'none yet'}",
+        ]
+    )
+
+
+class ConsoleMagics:
+    """The kernel's one console session and the magics that drive it.
+
+    ``%load_ext console_bridge`` creates one per IPython shell and registers
+    ``%%console``, ``%console_status``, ``%console_restart`` and ``%console_close``.
+    ``settle_timeout`` bounds, in seconds, how long an interrupted cell is given to
+    stop before the magic gives up waiting and says so; ``retry_interval`` is the pause
+    between polls the server refuses meanwhile. Example (what the extension does)::
+
+        magics = ConsoleMagics(get_ipython())
+        magics.register()
+    """
+
+    def __init__(self, shell: InteractiveShell, *, settle_timeout: float = 10.0, retry_interval: float = 0.05) -> None:
+        self.shell = shell
+        self.settle_timeout = settle_timeout
+        self.retry_interval = retry_interval
+        self.console: Console | None = None
+        self.spec: SessionSpec | None = None
+
+    # ------------------------------------------------------------ registration
+    def register(self) -> None:
+        """Register the magics on the shell and close the session at interpreter exit."""
+        manager = self.shell.magics_manager
+        manager.register_function(self.console_cell, "cell", "console")
+        manager.register_function(self.console_status, "line", "console_status")
+        manager.register_function(self.console_restart, "line", "console_restart")
+        manager.register_function(self.console_close, "line", "console_close")
+        atexit.register(self.close)
+
+    def unregister(self) -> None:
+        """Close the session and remove the magics (``%unload_ext``)."""
+        self.close()
+        atexit.unregister(self.close)
+        magics = self.shell.magics_manager.magics
+        magics["cell"].pop("console", None)
+        for name in ("console_status", "console_restart", "console_close"):
+            magics["line"].pop(name, None)
+
+    def close(self) -> None:
+        """Close the session (recording finalized, process tree stopped). Idempotent, never raises."""
+        console, self.console, self.spec = self.console, None, None
+        if console is not None:
+            with contextlib.suppress(Exception):
+                console.close()
+
+    # ------------------------------------------------------------------ magics
+    def console_cell(self, line: str, cell: str) -> None:
+        """Run the cell in the kernel's MCP Console session.
+
+        Usage: ``%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR]
+        [--timeout SECONDS] [--poll-window SECONDS] [--recordings-dir DIR]``
+
+        The first cell opens the session (profile ``read-only`` and the kernel's folder
+        unless given). Options not given keep the open session's; a different workspace,
+        profile, poll window, recordings folder or language closes it and opens a new one.
+        ``--timeout`` interrupts a cell that runs longer; the session lives on.
+        """
+        try:
+            options = parse_cell_line(line)
+        except OptionsError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            console = self._session(plan_session(self.spec, options, cwd=Path.cwd()))
+            if cell.strip():
+                self._run(console, options.language, cell, options.timeout)
+        except CellTimeout as exc:
+            limit = f"--timeout {options.timeout:g} s" if options.timeout is not None else "its timeout"
+            line = f"CellTimeout: the cell ran past {limit}; it was interrupted and the session lives on"
+            raise _one_line(exc, line) from None
+        except BridgeError as exc:
+            raise _one_line(exc, f"{type(exc).__name__}: {exc.message}") from None
+
+    def console_status(self, line: str) -> None:
+        """Print the session's state: server version and pid, workspace, profile, sandbox, recording."""
+        self._no_arguments("%console_status", line)
+        if self.console is None:
+            sys.stdout.write("console-bridge: no session is open; the first %%console cell opens one\n")
+            return
+        sys.stdout.write(_status_text(self.console.status()) + "\n")
+
+    def console_restart(self, line: str) -> None:
+        """Restart the session's worker: a fresh interpreter, in-memory state lost; the session stays."""
+        self._no_arguments("%console_restart", line)
+        if self.console is None:
+            sys.stdout.write("console-bridge: no session is open; nothing to restart\n")
+            return
+        try:
+            result = self.console.restart()
+        except BridgeError as exc:
+            raise _one_line(exc, f"{type(exc).__name__}: {exc.message}") from None
+        if result.is_error:
+            sys.stdout.write(read_notices(result.text).output)
+        sys.stdout.write("console-bridge: the worker was restarted; its in-memory state is gone\n")
+
+    def console_close(self, line: str) -> None:
+        """Close the session; the next ``%%console`` cell opens a new one."""
+        self._no_arguments("%console_close", line)
+        if self.console is None:
+            sys.stdout.write("console-bridge: no session is open\n")
+            return
+        self.close()
+        sys.stdout.write("console-bridge: the session is closed; the next %%console cell opens a new one\n")
+
+    # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _no_arguments(name: str, line: str) -> None:
+        if line.strip():
+            raise UsageError(f"{name} takes no arguments")
+
+    def _session(self, spec: SessionSpec) -> Console:
+        """The open session if it matches ``spec``, else a new one (the old one closed, saying so)."""
+        current = self.console
+        if current is not None and self.spec == spec and current.status().state != "closed":
+            return current
+        # Construction checks the arguments and starts nothing: a bad option keeps the open session.
+        console = Console(
+            spec.workspace,
+            profile=spec.profile,
+            poll_window=spec.poll_window,
+            recordings_dir=spec.recordings_dir,
+            languages=spec.languages,
+        )
+        if current is not None and self.spec is not None:
+            if current.status().state == "closed":
+                why = "the session was closed (it stopped or failed)"
+            else:
+                why = describe_change(self.spec, spec) or "the session changes"
+            sys.stderr.write(f"{_PREFIX}{why}: closing it (its state is lost) and opening a new one\n")
+            self.close()
+        try:
+            console.start()
+        except BaseException:
+            console.close()
+            raise
+        self.console, self.spec = console, spec
+        status = console.status()
+        sys.stderr.write(
+            f"{_PREFIX}opened a {status.profile!r} session on {status.workspace} "
+            f"(mcp-console {status.version}, pid {status.pid})\n"
+        )
+        return console
+
+    def _run(self, console: Console, language: str, code: str, timeout: float | None) -> None:
+        out: TextIO = sys.stdout  # the cell's stream; chunks arrive on the console's loop thread
+        shown: list[str] = []
+        images: list[Image] = []
+
+        def on_output(chunk: CellResult) -> None:
+            text = read_notices(chunk.text).output
+            if text:
+                out.write(text)
+                out.flush()
+                shown.append(text)
+            images.extend(chunk.images)
+
+        try:
+            console.run(on_output=on_output, timeout=timeout, **{language: code})
+        except CellTimeout as exc:
+            seen = "".join(shown)
+            if exc.result is not None and exc.result.text.startswith(seen):
+                out.write(exc.result.text[len(seen) :])
+            raise
+        except KeyboardInterrupt as exc:
+            self._settle(console, out.write)
+            raise _one_line(exc, _INTERRUPTED) from None
+        finally:
+            for image in images:
+                self.shell.display_pub.publish(data=_image_bundle(image))
+
+    def _settle(self, console: Console, write: Callable[[str], Any]) -> None:
+        """Wait, within ``settle_timeout``, until an interrupted cell has stopped; show what it prints.
+
+        ``Console.run`` has interrupted the cell, but the worker may still be unwinding
+        (an ``except KeyboardInterrupt`` block, a ``finally``); a new cell sent meanwhile
+        would be refused as busy. mcp-console keeps the cancelled poll open until its
+        window ends and refuses another poll until then: those refusals are retried every
+        ``retry_interval`` seconds. Another Ctrl-C while waiting interrupts the cell again.
+        """
+        deadline = time.monotonic() + self.settle_timeout
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    result = console.poll(timeout_ms=int(remaining * 1000))
+                except ServerError as exc:
+                    if _BEING_POLLED not in exc.message:
+                        raise
+                    time.sleep(min(self.retry_interval, remaining))
+                    continue
+                output = read_notices(result.text).output
+                if output:
+                    write(output)
+                if not result.running:
+                    return
+        except BridgeError:
+            pass
+        except KeyboardInterrupt:
+            with contextlib.suppress(BridgeError):
+                console.interrupt()
+            raise
+        sys.stderr.write(f"{_PREFIX}the interrupted cell may still be running; %console_restart resets the worker\n")
+
+
+def _shell(ipython: object) -> InteractiveShell:
+    if not isinstance(ipython, InteractiveShell):
+        raise TypeError(f"expected an IPython InteractiveShell, not {type(ipython).__name__}")
+    return ipython
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext console_bridge``: register ``%%console`` and the line magics on the shell."""
+    shell = _shell(ipython)
+    if shell in _loaded:
+        return
+    magics = ConsoleMagics(shell)
+    magics.register()
+    _loaded[shell] = magics
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext console_bridge``: close the session and remove the magics."""
+    magics = _loaded.pop(_shell(ipython), None)
+    if magics is not None:
+        magics.unregister()
