@@ -172,8 +172,8 @@ class ConsoleMagics:
                 self._run(console, options.language, cell, options.timeout)
         except CellTimeout as exc:
             limit = f"--timeout {options.timeout:g} s" if options.timeout is not None else "its timeout"
-            line = f"CellTimeout: the cell ran past {limit}; it was interrupted and the session lives on"
-            raise _one_line(exc, line) from None
+            text = f"CellTimeout: the cell ran past {limit}; it was interrupted and the session lives on"
+            raise _one_line(exc, text) from None
         except BridgeError as exc:
             raise _one_line(exc, f"{type(exc).__name__}: {exc.message}") from None
 
@@ -232,7 +232,7 @@ class ConsoleMagics:
                 why = "the session was closed (it stopped or failed)"
             else:
                 why = describe_change(self.spec, spec) or "the session changes"
-            sys.stderr.write(f"{_PREFIX}{why}: closing it (its state is lost) and opening a new one\n")
+            sys.stderr.write(f"{_PREFIX}{why}: closing the session (its state is lost) and opening a new one\n")
             self.close()
         try:
             console.start()

@@ -6,7 +6,7 @@ import argparse
 import math
 import os
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -114,18 +114,14 @@ def plan_session(current: SessionSpec | None, options: CellOptions, *, cwd: Path
     session was not opened with is added to it.
     """
     spec = current if current is not None else SessionSpec(workspace=_path(".", cwd))
-    changes: dict[str, object] = {}
-    if options.workspace is not None:
-        changes["workspace"] = _path(options.workspace, cwd)
-    if options.profile is not None:
-        changes["profile"] = options.profile
-    if options.poll_window is not None:
-        changes["poll_window"] = options.poll_window
-    if options.recordings_dir is not None:
-        changes["recordings_dir"] = _path(options.recordings_dir, cwd)
-    if options.language not in spec.languages:
-        changes["languages"] = (*spec.languages, options.language)
-    return replace(spec, **changes)  # type: ignore[arg-type]
+    workspace, recordings = options.workspace, options.recordings_dir
+    return SessionSpec(
+        workspace=_path(workspace, cwd) if workspace is not None else spec.workspace,
+        profile=options.profile if options.profile is not None else spec.profile,
+        poll_window=options.poll_window if options.poll_window is not None else spec.poll_window,
+        recordings_dir=_path(recordings, cwd) if recordings is not None else spec.recordings_dir,
+        languages=spec.languages if options.language in spec.languages else (*spec.languages, options.language),
+    )
 
 
 def describe_change(old: SessionSpec, new: SessionSpec) -> str:

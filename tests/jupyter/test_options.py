@@ -1,0 +1,104 @@
+"""``%%console`` line parsing and session planning: pure functions, no kernel, no IPython."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from console_bridge._jupyter._options import (
+    DEFAULT_POLL_WINDOW,
+    CellOptions,
+    OptionsError,
+    SessionSpec,
+    describe_change,
+    parse_cell_line,
+    plan_session,
+)
+
+
+def test_an_empty_line_means_python_and_nothing_asked() -> None:
+    assert parse_cell_line("") == CellOptions(language="python")
+    assert parse_cell_line("   ") == CellOptions()
+
+
+@pytest.mark.parametrize("language", ["python", "sql", "r"])
+def test_the_language_is_the_one_positional_word(language: str) -> None:
+    assert parse_cell_line(language).language == language
+
+
+def test_every_option_is_read() -> None:
+    line = "sql --profile workspace --workspace 'my data' --timeout 2.5 --poll-window 0.5 --recordings-dir rec"
+    assert parse_cell_line(line) == CellOptions(
+        language="sql",
+        timeout=2.5,
+        profile="workspace",
+        workspace="my data",
+        poll_window=0.5,
+        recordings_dir="rec",
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("cobol", "invalid choice"),
+        ("--timeout 0", "positive"),
+        ("--timeout -1", "positive"),
+        ("--timeout nan", "positive"),
+        ("--timeout inf", "positive"),
+        ("--poll-window soon", "not a number"),
+        ("--frobnicate", "unrecognized arguments"),
+        ("--work=/tmp", "unrecognized arguments"),  # no abbreviations
+        ("python sql", "unrecognized arguments"),
+        ("--workspace 'unclosed", "No closing quotation"),
+        ("-h", "usage"),
+    ],
+)
+def test_bad_lines_raise_with_the_usage(line: str, says: str) -> None:
+    with pytest.raises(OptionsError) as info:
+        parse_cell_line(line)
+    assert says in str(info.value)
+    assert "%%console [python|sql|r]" in str(info.value)
+
+
+def test_the_first_cell_opens_on_the_kernel_folder_with_defaults(tmp_path: Path) -> None:
+    spec = plan_session(None, CellOptions(), cwd=tmp_path)
+    assert spec == SessionSpec(workspace=tmp_path)
+    assert (spec.profile, spec.poll_window, spec.recordings_dir) == ("read-only", DEFAULT_POLL_WINDOW, None)
+    assert spec.languages == ("python", "sql")
+
+
+def test_relative_paths_resolve_against_the_kernel_folder(tmp_path: Path) -> None:
+    spec = plan_session(None, CellOptions(workspace="data/../ws", recordings_dir="rec"), cwd=tmp_path)
+    assert spec.workspace == tmp_path / "ws"
+    assert spec.recordings_dir == tmp_path / "rec"
+    assert plan_session(None, CellOptions(workspace=str(tmp_path)), cwd=Path("/")).workspace == tmp_path
+
+
+def test_options_not_given_keep_the_open_session(tmp_path: Path) -> None:
+    current = SessionSpec(workspace=tmp_path / "ws", profile="workspace", poll_window=2.0, recordings_dir=tmp_path)
+    assert plan_session(current, CellOptions(), cwd=Path("/elsewhere")) == current
+    assert plan_session(current, CellOptions(language="sql", timeout=3), cwd=tmp_path) == current
+    same = CellOptions(workspace=str(tmp_path / "ws"), profile="workspace")
+    assert plan_session(current, same, cwd=tmp_path) == current
+
+
+def test_a_new_language_or_option_changes_the_spec(tmp_path: Path) -> None:
+    current = SessionSpec(workspace=tmp_path)
+    with_r = plan_session(current, CellOptions(language="r"), cwd=tmp_path)
+    assert with_r.languages == ("python", "sql", "r")
+    assert plan_session(with_r, CellOptions(language="python"), cwd=tmp_path) == with_r
+    other = plan_session(current, CellOptions(profile="workspace", poll_window=5), cwd=tmp_path)
+    assert (other.profile, other.poll_window, other.workspace) == ("workspace", 5, tmp_path)
+
+
+def test_describe_change_names_what_differs(tmp_path: Path) -> None:
+    old = SessionSpec(workspace=tmp_path)
+    new = SessionSpec(workspace=tmp_path / "b", profile="workspace", languages=("python", "sql", "r"))
+    text = describe_change(old, new)
+    assert f"workspace '{tmp_path}' -> '{tmp_path / 'b'}'" in text
+    assert "profile 'read-only' -> 'workspace'" in text
+    assert "languages 'python, sql' -> 'python, sql, r'" in text
+    assert "poll window" not in text
+    assert describe_change(old, old) == ""
