@@ -95,9 +95,15 @@ class Console(NotCopyable):
         try:
             return self._portal.call(lambda: self._async.run(on_output=on_output, **kwargs))
         except KeyboardInterrupt:
+            # Interrupt the cell and wait (bounded) until it stopped, so the next call is accepted.
             with contextlib.suppress(BridgeError):
-                self._portal.call(self._async.interrupt)
+                self._portal.call(self._async.settle)
             raise
+
+    def settle(self, bound: float = 10.0) -> CellResult | None:
+        """Interrupt the running cell and poll until it stopped (see :meth:`AsyncConsole.settle`)."""
+        self._check()
+        return self._portal.call(self._async.settle, bound)
 
     def interrupt(self) -> CellResult:
         self._check()

@@ -12,6 +12,7 @@ IDLE = "[idle]"
 DONE = "[done]"
 WAITING = "[waiting for stdin]"
 BUSY = "[worker is already evaluating a cell"
+BEING_POLLED = "[worker evaluation is already being polled"
 RESTART_REQUIRED = "explicit restart required]"
 _ELAPSED = re.compile(r"^\[elapsed: [^\]]*\]$")
 _PROMPT = re.compile(r'^\[input requested: "(?P<prompt>.*)"\]$')

@@ -17,7 +17,7 @@ import platformdirs
 
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
 from console_bridge._connection._handles import NotCopyable, ToolHandle
-from console_bridge._console._cells import BUSY, bridge_hint, read_notices
+from console_bridge._console._cells import BEING_POLLED, BUSY, bridge_hint, read_notices
 from console_bridge._console._launch import (
     check_project_config,
     check_project_overrides,
@@ -492,7 +492,7 @@ class AsyncConsole(NotCopyable):
             if exc.result is None:
                 raise
             text = exc.result.text
-            if text.lstrip().startswith(BUSY):
+            if text.lstrip().startswith((BUSY, BEING_POLLED)):
                 raise Busy(
                     "a cell is still running in this console; poll() for its output, interrupt() it, or wait "
                     "(nothing was queued)",
@@ -595,6 +595,30 @@ class AsyncConsole(NotCopyable):
         if chunks[-1].running:
             chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}))
         return chunks
+
+    async def settle(self, bound: float = 10.0) -> CellResult | None:
+        """After an abandoned call (Ctrl-C): interrupt the cell and poll until it stopped.
+
+        mcp-console keeps an abandoned poll open until its window ends and refuses new
+        polls meanwhile; those refusals are retried every 50 ms within ``bound`` seconds.
+        Returns the last observation, or None when the bound passed first.
+        """
+        self._host_only("settle()")
+        interrupted = False
+        with anyio.move_on_after(bound):
+            while True:
+                try:
+                    if not interrupted:
+                        result = await self._call({"control": "interrupt", "timeout_ms": 1000})
+                        interrupted = True
+                    else:
+                        result = await self._call({"timeout_ms": 1000})
+                except Busy:
+                    await anyio.sleep(0.05)
+                    continue
+                if not result.running:
+                    return result
+        return None
 
     def _host_only(self, what: str) -> None:
         active = current_owner()
