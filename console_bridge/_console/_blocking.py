@@ -97,13 +97,15 @@ class Console(NotCopyable):
         except KeyboardInterrupt:
             # Interrupt the cell and wait (bounded) until it stopped, so the next call is accepted.
             with contextlib.suppress(BridgeError):
-                self._portal.call(self._async.settle)
+                self._portal.call(self._async.settle, 10.0, on_output)
             raise
 
-    def settle(self, bound: float = 10.0) -> CellResult | None:
+    def settle(
+        self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None
+    ) -> CellResult | None:
         """Interrupt the running cell and poll until it stopped (see :meth:`AsyncConsole.settle`)."""
         self._check()
-        return self._portal.call(self._async.settle, bound)
+        return self._portal.call(self._async.settle, bound, on_output)
 
     def interrupt(self) -> CellResult:
         self._check()

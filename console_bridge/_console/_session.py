@@ -596,11 +596,14 @@ class AsyncConsole(NotCopyable):
             chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}))
         return chunks
 
-    async def settle(self, bound: float = 10.0) -> CellResult | None:
+    async def settle(
+        self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None
+    ) -> CellResult | None:
         """After an abandoned call (Ctrl-C): interrupt the cell and poll until it stopped.
 
         mcp-console keeps an abandoned poll open until its window ends and refuses new
         polls meanwhile; those refusals are retried every 50 ms within ``bound`` seconds.
+        ``on_output`` sees each observation (the cell's last words after the interrupt).
         Returns the last observation, or None when the bound passed first.
         """
         self._host_only("settle()")
@@ -616,6 +619,10 @@ class AsyncConsole(NotCopyable):
                 except Busy:
                     await anyio.sleep(0.05)
                     continue
+                if on_output is not None:
+                    outcome = on_output(result)
+                    if isinstance(outcome, Awaitable):
+                        await outcome
                 if not result.running:
                     return result
         return None
