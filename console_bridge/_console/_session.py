@@ -483,7 +483,9 @@ class AsyncConsole(NotCopyable):
                 raise NotAllowed(f"{lang}= must be a string of code")
         return given
 
-    async def _call(self, args: dict[str, Any]) -> CellResult:
+    async def _call(self, args: dict[str, Any], *, errors_as_results: bool = False) -> CellResult:
+        """One ``send``. An error result raises :class:`ServerError`, except a worker exit (a
+        result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
         conn = self._require("send")
         started = time.monotonic()
         try:
@@ -500,7 +502,7 @@ class AsyncConsole(NotCopyable):
                 ) from None
             cell = _cell_from(exc.result, time.monotonic() - started, is_error=True)
             notice = read_notices(text)
-            if notice.worker_exited or notice.restart_required:
+            if notice.worker_exited or notice.restart_required or errors_as_results:
                 if notice.restart_required:
                     await self._restart_worker()
                 return cell
@@ -589,11 +591,15 @@ class AsyncConsole(NotCopyable):
 
     async def _stop_cell(self, grace_ms: int = 5000) -> list[CellResult]:
         """Interrupt the running cell; restart the worker if the interrupt does not take."""
-        chunks = [await self._call({"control": "interrupt", "timeout_ms": grace_ms})]
+        # An interrupt that lands in worker startup comes back as an error result
+        # ("worker startup interrupted"): that is still a stopped cell, not a failure.
+        chunks = [await self._call({"control": "interrupt", "timeout_ms": grace_ms}, errors_as_results=True)]
         if chunks[-1].running:
-            chunks.append(await self._call({"timeout_ms": grace_ms}))
-        if chunks[-1].running:
-            chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}))
+            chunks.append(await self._call({"timeout_ms": grace_ms}, errors_as_results=True))
+        if chunks[-1].running or chunks[0].is_error:
+            # Still running, or the interrupt broke worker startup: a fresh worker makes the
+            # session usable again (a worker that never started held no state).
+            chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}, errors_as_results=True))
         return chunks
 
     async def settle(

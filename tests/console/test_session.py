@@ -258,3 +258,11 @@ async def test_opted_in_project_config_is_still_verified(mcp_console, workspace,
     with pytest.raises(LaunchRefused, match=r"tool\.description"):
         async with make(mcp_console, workspace, recordings, project_config=True):
             pass
+
+
+async def test_timeout_during_worker_startup_is_a_cell_timeout(mcp_console, workspace, recordings):
+    async with make(mcp_console, workspace, recordings, poll_window=0.5) as console:
+        with pytest.raises(CellTimeout):  # the worker takes far longer than 50 ms to start
+            await console.run(python="print('cut short')", timeout=0.05)
+        after = await console.run(python="print('after')", timeout=60)
+        assert after.text.endswith("after\n")
