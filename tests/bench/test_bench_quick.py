@@ -1,0 +1,76 @@
+"""The benchmark script runs end to end (``--quick``) and writes its JSON report.
+
+Only the shape is checked: no timing thresholds here (figures depend on the machine;
+docs/performance.md records a full run).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "bench.py"
+BINARY = Path(sys.executable).parent / "mcp-console"
+
+METRICS = {
+    "cold_start_median_ms",
+    "fresh_process_cold_start_median_ms",
+    "warm_rtt_median_ms",
+    "warm_rtt_p95_ms",
+    "completion_lag_median_ms",
+    "close_idle_median_ms",
+    "close_busy_median_ms",
+    "cancel_busy_median_ms",
+    "cancel_idle_median_ms",
+    "interrupt_median_ms",
+    "memory_current_kib",
+    "memory_peak_kib",
+    "processes_per_session",
+    "concurrent_1_per_call_ms",
+    "concurrent_n_per_call_ms",
+    "concurrent_overhead_factor",
+    "idle_cpu_per_session",
+}
+TARGETS = {"warm_rtt_ratio", "cold_start_ratio", "run_completion_lag", "idle_close", "cancel"}
+
+
+@pytest.mark.console
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_quick_benchmark_runs_and_writes_json(tmp_path: Path) -> None:
+    if not BINARY.exists():
+        pytest.skip(f"no mcp-console beside {sys.executable}")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--binary", str(BINARY)],
+        capture_output=True,
+        text=True,
+        timeout=570,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    output = f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"bench.py --quick exited {proc.returncode}\n{output}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert {"meta", "parity", "metrics", "targets", "samples", "cleanup", "errors"} <= set(report)
+    assert report["meta"]["quick"] is True
+    assert report["errors"] == []
+    assert report["cleanup"]["ok"] is True
+    assert report["cleanup"]["survivors"] == []
+    assert report["parity"]["serve_args"][0] == "serve"
+    missing = METRICS - set(report["metrics"])
+    assert not missing, sorted(missing)
+    for key, metric in report["metrics"].items():
+        assert {"label", "unit", "raw", "bridge", "ratio"} <= set(metric), key
+        assert metric["bridge"] is not None, key
+    assert set(report["targets"]) == TARGETS
+    for target in report["targets"].values():
+        assert isinstance(target["value"], int | float)
+        assert isinstance(target["met"], bool)
+    # The table on stdout carries every metric row.
+    assert "| metric" in proc.stdout
