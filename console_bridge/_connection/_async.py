@@ -56,6 +56,9 @@ T = TypeVar("T")
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
 _CLIENT_INFO = mcp_types.Implementation(name="console-bridge", version="0.1.0")
+#: How often an idle connection looks whether its stdio child died on its own. Not a wait
+#: bound: a crash during a call is noticed at once through the closed pipe.
+CRASH_CHECK_INTERVAL = 0.5
 #: More pages than this in one listing walk is treated as a server fault.
 MAX_PAGES = 1000
 
@@ -330,7 +333,7 @@ class AsyncMcpConnection(NotCopyable):
     async def _watch(self, stop: anyio.Event) -> None:
         """Wait for a stop request; notice a stdio child that died on its own."""
         while not stop.is_set():
-            with anyio.move_on_after(0.05):
+            with anyio.move_on_after(CRASH_CHECK_INTERVAL):
                 await stop.wait()
             child = self._child
             if child is not None and child.returncode is not None and not stop.is_set():
@@ -827,14 +830,15 @@ class AsyncMcpConnection(NotCopyable):
     async def _call_authorized(self, name: str, args: dict[str, Any], call_id: str) -> ToolResult:
         started = time.monotonic()
         self._calls += 1
-        self._audit(
-            "call_start",
-            tool=name,
-            call=call_id,
-            args_sha256=sha256_json(args),
-            args_bytes=json_size(args),
-            content_arguments=args,
-        )
+        if self.policy.audit_log is not None:  # hashing a large argument costs: only for the log
+            self._audit(
+                "call_start",
+                tool=name,
+                call=call_id,
+                args_sha256=sha256_json(args),
+                args_bytes=json_size(args),
+                content_arguments=args,
+            )
 
         async def verify(s: ClientSession) -> None:
             await self._verify_pins(s, name)
@@ -913,17 +917,18 @@ class AsyncMcpConnection(NotCopyable):
             server=self.server,
             tool=tool,
         )
-        self._audit(
-            "call_end",
-            tool=tool,
-            call=call,
-            outcome="tool_error" if is_error else "ok",
-            result_sha256=sha256_json(raw),
-            result_bytes=json_size(raw),
-            truncated=capped.truncated or None,
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
-            content_result={"content": capped.content, "structured": capped.structured},
-        )
+        if self.policy.audit_log is not None:  # hashing a 1 MiB image costs ms: only for the log
+            self._audit(
+                "call_end",
+                tool=tool,
+                call=call,
+                outcome="tool_error" if is_error else "ok",
+                result_sha256=sha256_json(raw),
+                result_bytes=json_size(raw),
+                truncated=capped.truncated or None,
+                duration_ms=round((time.monotonic() - started) * 1000, 3),
+                content_result={"content": capped.content, "structured": capped.structured},
+            )
         return result
 
     def tools(self, prefix: str | None = None) -> list[ToolHandle]:

@@ -24,6 +24,45 @@ __all__ = ["ProcessTree", "alive_pids"]
 SNAPSHOT_INTERVAL = 0.25
 
 
+def _children(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` from /proc (None when the kernel does not offer the files)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    found: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
+                found.extend(int(part) for part in handle.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _descendants(pid: int) -> list[int] | None:
+    """Every descendant of ``pid`` (breadth first), or None when /proc cannot tell."""
+    out: list[int] = []
+    queue = [pid]
+    seen = {pid}
+    while queue:
+        children = _children(queue.pop())
+        if children is None:
+            return None
+        for child in children:
+            if child not in seen:
+                seen.add(child)
+                out.append(child)
+                queue.append(child)
+    return out
+
+
 def _is_alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -59,15 +98,29 @@ class ProcessTree:
             self.pgid = None
 
     def snapshot(self) -> None:
-        """Record the root's current descendants (cheap; reads /proc)."""
+        """Record the root's current descendants.
+
+        Walks only this tree through ``/proc/<pid>/task/<tid>/children`` (a few small
+        reads), not every process on the host as ``psutil.Process.children`` does; falls
+        back to psutil where the kernel lacks those files.
+        """
         if self._root is None:
             return
-        try:
-            children = self._root.children(recursive=True)
-        except psutil.Error:
+        pids = _descendants(self.pid)
+        if pids is None:
+            try:
+                children = self._root.children(recursive=True)
+            except psutil.Error:
+                return
+            for child in children:
+                self._known.setdefault(child.pid, child)
             return
-        for child in children:
-            self._known.setdefault(child.pid, child)
+        for pid in pids:
+            if pid not in self._known:
+                try:
+                    self._known[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    continue
 
     @property
     def known_pids(self) -> set[int]:
