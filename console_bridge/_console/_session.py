@@ -283,6 +283,7 @@ class AsyncConsole(NotCopyable):
                     lambda: check_project_overrides(binary.path, self.workspace, timeout=self.version_timeout)
                 )
             python = await anyio.to_thread.run_sync(lambda: worker_python(self._python))
+            self._abort_if_closed()
             argv, self._expected = self._serve_args(binary, python)
             base = self.recordings_base
             base.mkdir(parents=True, exist_ok=True)
@@ -312,11 +313,17 @@ class AsyncConsole(NotCopyable):
             )
             await self._conn.connect()
             await self._verify(self._conn, binary)
+            self._abort_if_closed()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._teardown(cancel=True)
             raise
         self._state = "ready"
+
+    def _abort_if_closed(self) -> None:
+        """``close()``/``cancel()`` ran while ``start()`` awaited: launch nothing more."""
+        if self._state == "closed":
+            raise ConnectionClosed("close() or cancel() ran while the console was starting; it was not started")
 
     async def _verify(self, conn: AsyncMcpConnection, binary: Binary) -> None:
         """Prove the server is what was asked for, before any call; otherwise stop it."""
@@ -618,7 +625,7 @@ class AsyncConsole(NotCopyable):
             while True:
                 try:
                     if not interrupted:
-                        result = await self._call({"control": "interrupt", "timeout_ms": 1000})
+                        result = await self._interrupt_cell(1000)
                         interrupted = True
                     else:
                         result = await self._call({"timeout_ms": 1000})
@@ -644,7 +651,18 @@ class AsyncConsole(NotCopyable):
     async def interrupt(self) -> CellResult:
         """Host-only: deliver KeyboardInterrupt to the running cell (state kept)."""
         self._host_only("interrupt()")
-        return await self._call({"control": "interrupt", "timeout_ms": 5000})
+        return await self._interrupt_cell()
+
+    async def _interrupt_cell(self, timeout_ms: int = 5000) -> CellResult:
+        """Interrupt; when that breaks a worker still starting (an error result), start a fresh one.
+
+        A worker that never finished starting held no state, and without the restart every
+        later call would fail (the model cannot restart by itself).
+        """
+        result = await self._call({"control": "interrupt", "timeout_ms": timeout_ms}, errors_as_results=True)
+        if result.is_error and not result.worker_exited:
+            await self._restart_worker()
+        return result
 
     async def restart(self) -> CellResult:
         """Host-only: stop the worker and start a fresh one (in-memory state lost)."""
@@ -729,6 +747,8 @@ class AsyncConsole(NotCopyable):
             if not approved:
                 why = f"the approval gate raised {error}" if error else "the approval gate said no"
                 raise ApprovalDenied(f"send was not approved: {why}; nothing was run", server=SERVER)
+        if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
+            return await self._interrupt_cell(args["timeout_ms"])
         return await self._call(args)
 
     def _audit_refusal(self, arguments: Mapping[str, Any], reason: str) -> None:

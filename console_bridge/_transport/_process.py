@@ -104,8 +104,8 @@ class ProcessTree:
         reads), not every process on the host as ``psutil.Process.children`` does; falls
         back to psutil where the kernel lacks those files.
         """
-        if self._root is None:
-            return
+        if self._root is None or not self._root.is_running():
+            return  # gone (or its pid reused): never walk someone else's tree
         pids = _descendants(self.pid)
         if pids is None:
             try:

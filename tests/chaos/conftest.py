@@ -1,0 +1,5 @@
+"""The chaos tests share the console fixtures (real binaries, workspaces, the private-TMPDIR check)."""
+
+from tests.console.conftest import mcp_console, no_leaks, recordings, workspace
+
+__all__ = ["mcp_console", "no_leaks", "recordings", "workspace"]
