@@ -112,6 +112,12 @@ class Portal:
         self._finalizer.detach()
         _stop(self._cm, self._closer, self._portal)
 
+    def cancel(self, cancel: Callable[[], Awaitable[None]]) -> None:
+        """Await the async object's ``cancel`` (kill at once), then stop the thread (idempotent)."""
+        if not self._closed:
+            self.call(cancel)
+        self.stop()
+
     def blocking_handle(self, handle: ToolHandle) -> ToolHandle:
         """A handle whose calls run in this portal's loop (``handle.call`` blocks)."""
         async_invoke = handle._invoke

@@ -99,9 +99,7 @@ class McpConnection(NotCopyable):
 
     def cancel(self) -> None:
         """Kill the server's tree at once. Idempotent."""
-        if not self._portal.closed:
-            self._portal.call(self._async.cancel)
-        self._portal.stop()
+        self._portal.cancel(self._async.cancel)
 
     def status(self) -> ConnectionStatus:
         """Local state only: nothing is sent to the server."""

@@ -69,9 +69,7 @@ class Console(NotCopyable):
 
     def cancel(self) -> None:
         """Kill the session at once. Idempotent."""
-        if not self._portal.closed:
-            self._portal.call(self._async.cancel)
-        self._portal.stop()
+        self._portal.cancel(self._async.cancel)
 
     def status(self) -> ConsoleStatus:
         return self._async.status()
