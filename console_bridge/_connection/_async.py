@@ -23,6 +23,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from console_bridge._confinement._plan import Supervision
 from console_bridge._config import HttpSpec, ServerSpec, StdioSpec, load_server_spec
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._errors import (
@@ -56,9 +57,6 @@ T = TypeVar("T")
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
 _CLIENT_INFO = mcp_types.Implementation(name="console-bridge", version="0.1.0")
-#: How often an idle connection looks whether its stdio child died on its own. Not a wait
-#: bound: a crash during a call is noticed at once through the closed pipe.
-CRASH_CHECK_INTERVAL = 0.5
 #: More pages than this in one listing walk is treated as a server fault.
 MAX_PAGES = 1000
 
@@ -142,6 +140,7 @@ class AsyncMcpConnection(NotCopyable):
         startup_timeout: float = 60.0,
         shutdown_grace: float = 2.0,
         stderr_limit: int = 64 * 1024,
+        supervision: Supervision | None = None,
     ) -> None:
         if not isinstance(owner, Owner):
             raise LaunchRefused("owner must be an Owner(agent_id, session_id=None) assigned by the host")
@@ -158,6 +157,7 @@ class AsyncMcpConnection(NotCopyable):
         self.startup_timeout = float(startup_timeout)
         self.shutdown_grace = float(shutdown_grace)
         self._stderr_limit = stderr_limit
+        self._supervision = supervision
         self._allowed_tools = _names(tools, "tools")
         self._allowed_resources = _names(resources, "resources")
         self._allowed_prompts = _names(prompts, "prompts")
@@ -259,7 +259,7 @@ class AsyncMcpConnection(NotCopyable):
 
     @property
     def pid(self) -> int | None:
-        return self._child.pid if self._child is not None else None
+        return self._child.server_pid if self._child is not None else None
 
     @property
     def closed(self) -> bool:
@@ -326,19 +326,28 @@ class AsyncMcpConnection(NotCopyable):
                 cwd=spec.cwd,
                 stderr_limit=self._stderr_limit,
                 shutdown_grace=self.shutdown_grace,
+                **(self._supervision.as_kwargs() if self._supervision is not None else {}),
             )
         )
         return self._child.read_stream, self._child.write_stream
 
     async def _watch(self, stop: anyio.Event) -> None:
-        """Wait for a stop request; notice a stdio child that died on its own."""
-        while not stop.is_set():
-            with anyio.move_on_after(CRASH_CHECK_INTERVAL):
+        """Wait for a stop request or, for a stdio child, its exit (a crash); nothing is polled."""
+        child = self._child
+        if child is None:
+            await stop.wait()
+            return
+        async with anyio.create_task_group() as tg:
+
+            async def stopped() -> None:
                 await stop.wait()
-            child = self._child
-            if child is not None and child.returncode is not None and not stop.is_set():
-                self._record_crash(f"the server process exited with status {child.returncode}")
-                return
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(stopped)
+            await child.process.wait()
+            tg.cancel_scope.cancel()
+        if child.returncode is not None and not stop.is_set():
+            self._record_crash(f"the server process exited with status {child.returncode}")
 
     def _record_crash(self, what: str) -> None:
         if self._close_error is None:
@@ -392,7 +401,7 @@ class AsyncMcpConnection(NotCopyable):
         child = self._child
         return {
             "server": self.server,
-            "pid": child.pid if child is not None else None,
+            "pid": child.server_pid if child is not None else None,
             "stderr_tail": child.stderr.text()[-4000:] if child is not None else None,
         }
 

@@ -1,11 +1,16 @@
 """A hardened stdio child: replacement environment, own process group, piped stderr
-kept in a bounded ring, descendants recorded, and a shutdown that leaves no survivor.
+kept in a bounded ring, run under console-bridge's supervisor (the child subreaper that
+owns every descendant exactly, see ``_confinement/_supervisor.py``), and a shutdown that
+leaves no survivor. Nothing is polled while the child runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -18,7 +23,10 @@ from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from console_bridge._transport._process import SNAPSHOT_INTERVAL, ProcessTree
+import psutil
+
+from console_bridge._confinement._plan import Confinement, supervisor_command
+from console_bridge._transport._process import ProcessTree
 
 __all__ = ["MAX_MESSAGE_BYTES", "StderrRing", "StdioChild", "base_environment", "open_stdio"]
 
@@ -65,17 +73,50 @@ class StdioChild:
     read_stream: MemoryObjectReceiveStream[SessionMessage | Exception]
     write_stream: MemoryObjectSendStream[SessionMessage]
 
+    _server_pid: int | None = None
+
     @property
     def pid(self) -> int:
+        """The supervisor's pid (the root of the tree)."""
         return self.process.pid
+
+    @property
+    def server_pid(self) -> int:
+        """The server's pid: the supervisor's first child (the supervisor's own pid until it started)."""
+        if self._server_pid is None:
+            try:
+                children = psutil.Process(self.process.pid).children()
+            except psutil.Error:
+                children = []
+            if not children:
+                return self.process.pid
+            self._server_pid = min(children, key=lambda proc: (proc.create_time(), proc.pid)).pid
+        return self._server_pid
 
     @property
     def returncode(self) -> int | None:
         return self.process.returncode
 
     def kill_now(self) -> None:
-        """SIGKILL the whole tree at once (cancel)."""
-        self.tree.kill_now()
+        """Kill the whole tree at once (cancel): the supervisor SIGKILLs every descendant, then exits."""
+        if self.process.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.process.pid, signal.SIGUSR1)
+
+
+def resolve_executable(command: str, env: Mapping[str, str], cwd: Path | None) -> str:
+    """``command`` as an absolute path, searched on the child's PATH; OSError when missing."""
+    if os.sep in command:
+        path = Path(command) if Path(command).is_absolute() else (cwd or Path.cwd()) / command
+        if not path.exists():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+        if not os.access(path, os.X_OK) or path.is_dir():
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
+        return str(path)
+    found = shutil.which(command, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+    return str(Path(found).absolute())
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
@@ -95,15 +136,29 @@ async def open_stdio(
     cwd: Path | None,
     stderr_limit: int,
     shutdown_grace: float,
+    confinement: Confinement | None = None,
+    tmpdir: Path | None = None,
+    cleanup: list[Path] | None = None,
 ) -> AsyncIterator[StdioChild]:
-    """Start ``command`` and yield a :class:`StdioChild`; on exit stop it and every descendant.
+    """Start ``command`` under the supervisor and yield a :class:`StdioChild`; on exit stop
+    it and every descendant.
 
-    Raises OSError when the spawn fails. Shutdown is shielded and bounded: close
-    stdin, wait ``shutdown_grace`` for the child to exit, SIGTERM the group and the
-    recorded descendants, wait ``shutdown_grace`` again, SIGKILL what is left.
+    Raises OSError when the command is missing or the spawn fails. Shutdown is shielded
+    and bounded: close stdin (the supervisor closes the server's), wait
+    ``shutdown_grace`` for the tree to end, ask the supervisor to kill it at once, wait
+    ``shutdown_grace`` again, then SIGKILL the supervisor, its group and its descendants.
     """
+    executable = resolve_executable(command, env, cwd)
+    argv = supervisor_command(
+        [executable, *args],
+        cwd=str(cwd) if cwd is not None else None,
+        grace=shutdown_grace,
+        confinement=confinement,
+        tmpdir=tmpdir,
+        cleanup=cleanup,
+    )
     process = await anyio.open_process(
-        [command, *args],
+        argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -152,23 +207,14 @@ async def open_stdio(
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send(data.encode("utf-8") + b"\n")
             # The session closed its write side: close the child's stdin (clean shutdown).
-            # Record the descendants first: EOF may end the child, and a descendant that
-            # left the group (setsid) is then only reachable through this record.
-            tree.snapshot()
             with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await process.stdin.aclose()
-
-    async def record_tree() -> None:
-        while process.returncode is None:
-            tree.snapshot()
-            await anyio.sleep(SNAPSHOT_INTERVAL)
 
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_stdout)
             tg.start_soon(read_stderr)
             tg.start_soon(write_stdin)
-            tg.start_soon(record_tree)
             try:
                 yield child
             finally:
@@ -177,9 +223,11 @@ async def open_stdio(
                 tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            if tree.survivors():  # only reached when the task group itself failed
-                tree.kill_now()
-                await tree.wait_gone(shutdown_grace)
+            if process.returncode is None:  # only reached when the task group itself failed
+                child.kill_now()
+                if not await _wait_exit(process, shutdown_grace):
+                    tree.kill_now()
+                    await tree.wait_gone(shutdown_grace)
             for stream in (process.stdin, process.stdout, process.stderr):
                 if stream is not None:
                     with contextlib.suppress(OSError, anyio.BrokenResourceError):
@@ -188,15 +236,26 @@ async def open_stdio(
                 await process.aclose()
 
 
+async def _wait_exit(process: Process, timeout: float) -> bool:
+    with anyio.move_on_after(timeout):
+        await process.wait()
+    return process.returncode is not None
+
+
 async def _shutdown(child: StdioChild, grace: float) -> None:
+    """Close stdin; the supervisor stops the server and every descendant, cleans up, exits."""
     process, tree = child.process, child.tree
-    tree.snapshot()
     child.write_stream.close()
     if process.stdin is not None:
         with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
-    with anyio.move_on_after(grace):
-        while process.returncode is None:
-            await anyio.sleep(0.005)
-    if tree.survivors():
-        await tree.terminate(grace)
+    # The supervisor waits up to `grace` for the server, then kills the tree itself.
+    if await _wait_exit(process, grace * 2 + 1.0):
+        return
+    child.kill_now()
+    if await _wait_exit(process, grace):
+        return
+    # The supervisor does not answer: kill it, its group and whatever descends from it now.
+    tree.snapshot()
+    tree.kill_now()
+    await tree.wait_gone(grace)

@@ -1,0 +1,247 @@
+"""Per-session cgroups, created only beneath the cgroups this process already belongs to.
+
+v2 (a unified hierarchy where this process's group delegates ``memory``/``pids``/``cpu``
+to children) is preferred; v1 hierarchies (``memory``, ``pids``, ``cpu``) are used where
+that is what the host mounts. Nothing else is touched: no process is moved out of its
+group (the session's supervisor moves *itself* into the new child group before it starts
+anything), and every group created is removed when its session ends (by the supervisor,
+or by the sweep after a host that died).
+
+``CONSOLE_BRIDGE_CGROUP_ROOT`` (documented test hook) replaces ``/sys/fs/cgroup`` as the
+place where hierarchies are looked for: pointing it at an empty or unwritable folder
+simulates a host without usable cgroups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["CGROUP_PREFIX", "SessionCgroups", "create_session_cgroups", "remove_group", "stale_groups"]
+
+CGROUP_PREFIX = "console-bridge-"
+_ENV_ROOT = "CONSOLE_BRIDGE_CGROUP_ROOT"
+_V1 = ("memory", "pids", "cpu")
+
+
+def _mount_root() -> Path:
+    return Path(os.environ.get(_ENV_ROOT) or "/sys/fs/cgroup")
+
+
+def _own_groups() -> dict[str, str]:
+    """``{"memory": "/a/b", ..., "": "/x"}`` from /proc/self/cgroup ('' is the v2 group)."""
+    groups: dict[str, str] = {}
+    try:
+        text = Path("/proc/self/cgroup").read_text(encoding="ascii")
+    except OSError:
+        return groups
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        for controller in parts[1].split(",") if parts[1] else [""]:
+            groups[controller] = parts[2]
+    return groups
+
+
+def _writable_dir(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
+def _v2_base(root: Path, own: dict[str, str], needed: set[str]) -> Path | None:
+    """The v2 group to create children in, when it delegates every ``needed`` controller."""
+    if "" not in own:
+        return None
+    for candidate in (root, root / "unified"):
+        base = candidate / own[""].lstrip("/")
+        controls = base / "cgroup.subtree_control"
+        if not controls.is_file() or not _writable_dir(base):
+            continue
+        try:
+            enabled = set(controls.read_text(encoding="ascii").split())
+            if not needed <= enabled:
+                available = set((base / "cgroup.controllers").read_text(encoding="ascii").split())
+                if not needed <= available:
+                    continue
+                with contextlib.suppress(OSError):  # EBUSY when the group itself holds processes
+                    controls.write_text(" ".join(f"+{name}" for name in sorted(needed - enabled)), encoding="ascii")
+                enabled = set(controls.read_text(encoding="ascii").split())
+            if needed <= enabled:
+                return base
+        except OSError:
+            continue
+    return None
+
+
+@dataclass
+class SessionCgroups:
+    """The groups of one session and which limits they carry."""
+
+    version: str | None  # "cgroup2" | "cgroup1" | None
+    paths: list[Path] = field(default_factory=list)
+    by_limit: dict[str, Path] = field(default_factory=dict)  # "memory" | "processes" | "cpu" -> group
+    errors: dict[str, str] = field(default_factory=dict)  # limit -> why it has no group
+
+    def counters(self) -> dict[str, int]:
+        """Counters that rise when a limit is hit: ``{"memory": oom kills, "processes": fork refusals}``."""
+        out: dict[str, int] = {}
+        memory = self.by_limit.get("memory")
+        if memory is not None:
+            name = "memory.events" if self.version == "cgroup2" else "memory.oom_control"
+            out["memory"] = _read_key(memory / name, "oom_kill")
+        pids = self.by_limit.get("processes")
+        if pids is not None:
+            out["processes"] = _read_key(pids / "pids.events", "max")
+        return out
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for path in self.paths:
+            found.update(_procs(path))
+        return found
+
+    def cpu_usage_ns(self) -> int | None:
+        """CPU time used by the session tree so far (nanoseconds), where a group counts it."""
+        for path in self.paths:
+            with contextlib.suppress(OSError, ValueError):
+                if self.version == "cgroup2":
+                    return _read_key(path / "cpu.stat", "usage_usec") * 1000
+                if (path / "cpuacct.usage").exists():
+                    return int((path / "cpuacct.usage").read_text(encoding="ascii"))
+        return None
+
+
+def _read_key(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text(encoding="ascii").splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _procs(group: Path) -> list[int]:
+    try:
+        return [int(line) for line in (group / "cgroup.procs").read_text(encoding="ascii").split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value, encoding="ascii")
+
+
+def create_session_cgroups(
+    session_id: str, *, memory: int | None, processes: int | None, cpu: float | None
+) -> SessionCgroups:
+    """Create the session's groups beneath this process's own groups and set the limits.
+
+    A limit that cannot be set is recorded in ``errors`` (the caller decides whether
+    that refuses the launch); a group is created only for limits that are set.
+    """
+    wanted = {name for name, value in (("memory", memory), ("processes", processes), ("cpu", cpu)) if value}
+    result = SessionCgroups(version=None)
+    if not wanted:
+        return result
+    root, own = _mount_root(), _own_groups()
+    name = CGROUP_PREFIX + session_id
+    controllers = {"memory": "memory", "processes": "pids", "cpu": "cpu"}
+    v2 = _v2_base(root, own, {controllers[limit] for limit in wanted})
+    try:
+        if v2 is not None:
+            group = v2 / name
+            group.mkdir()
+            result.version, result.paths = "cgroup2", [group]
+            if memory:
+                _write(group / "memory.max", str(memory))
+                with contextlib.suppress(OSError):
+                    _write(group / "memory.swap.max", "0")
+            if processes:
+                _write(group / "pids.max", str(processes))
+            if cpu:
+                _write(group / "cpu.max", f"{int(cpu * 100_000)} 100000")
+            result.by_limit = dict.fromkeys(wanted, group)
+            return result
+    except OSError as exc:
+        remove_group(result.paths[0]) if result.paths else None
+        result = SessionCgroups(version=None)
+        for limit in wanted:
+            result.errors[limit] = f"cgroup v2 group could not be set up: {exc.strerror or exc}"
+        return result
+    for limit in sorted(wanted):
+        controller = controllers[limit]
+        if controller not in own:
+            result.errors[limit] = f"this process is in no {controller} cgroup (v1) and v2 does not delegate it"
+            continue
+        base = root / controller / own[controller].lstrip("/")
+        if not _writable_dir(base):
+            result.errors[limit] = f"the {controller} cgroup {str(base)!r} is missing or not writable"
+            continue
+        group = base / name
+        try:
+            group.mkdir(exist_ok=True)
+            if group not in result.paths:
+                result.paths.append(group)
+            if limit == "memory":
+                _write(group / "memory.limit_in_bytes", str(memory))
+                with contextlib.suppress(OSError):  # swap accounting may be off
+                    _write(group / "memory.memsw.limit_in_bytes", str(memory))
+            elif limit == "processes":
+                _write(group / "pids.max", str(processes))
+            else:
+                assert cpu is not None
+                _write(group / "cpu.cfs_period_us", "100000")
+                _write(group / "cpu.cfs_quota_us", str(int(cpu * 100_000)))
+            result.by_limit[limit] = group
+            result.version = "cgroup1"
+        except OSError as exc:
+            result.errors[limit] = f"the {controller} cgroup could not be set up: {exc.strerror or exc}"
+    # CPU accounting for "did the cell leave work running" (cpuacct is often a separate v1 hierarchy).
+    if result.version == "cgroup1" and "cpuacct" in own:
+        base = root / "cpuacct" / own["cpuacct"].lstrip("/")
+        if _writable_dir(base) and not (base / name).exists():
+            with contextlib.suppress(OSError):
+                (base / name).mkdir()
+                result.paths.append(base / name)
+    return result
+
+
+def remove_group(group: Path, *, kill: bool = True) -> bool:
+    """Kill what is left in ``group`` (only ever a session's own group) and remove it."""
+    for _ in range(100):
+        pids = _procs(group)
+        if kill:
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        try:
+            group.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            time.sleep(0.01)
+    return False
+
+
+def stale_groups(session_ids_alive: set[str]) -> Iterator[Path]:
+    """This process's hierarchies' ``console-bridge-*`` child groups whose session is not alive."""
+    root, own = _mount_root(), _own_groups()
+    bases: set[Path] = set()
+    for controller, path in own.items():
+        if controller in (*_V1, "cpuacct"):
+            bases.add(root / controller / path.lstrip("/"))
+        elif controller == "":
+            bases.update({root / path.lstrip("/"), root / "unified" / path.lstrip("/")})
+    for base in bases:
+        with contextlib.suppress(OSError):
+            for child in base.iterdir():
+                if child.name.startswith(CGROUP_PREFIX) and child.name[len(CGROUP_PREFIX) :] not in session_ids_alive:
+                    yield child

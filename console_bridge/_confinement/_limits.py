@@ -1,0 +1,121 @@
+"""``Limits``: what one session may consume, and parsing of sizes (pure)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
+
+from console_bridge._errors import LaunchRefused
+
+__all__ = ["LIMIT_NAMES", "LimitReport", "Limits", "limits_from_mapping", "parse_size"]
+
+LIMIT_NAMES = ("memory", "processes", "cpu", "tmpdir", "recording")
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: int | str | None, what: str) -> int | None:
+    """``"4GiB"``, ``"512MB"``, ``1_000_000`` -> bytes; None stays None. Raises LaunchRefused."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise LaunchRefused(f"limit {what!r} must be a size such as '4GiB' or a number of bytes, not {value!r}")
+    if isinstance(value, int):
+        number, unit = float(value), ""
+    elif isinstance(value, str) and (match := _SIZE.match(value)):
+        number, unit = float(match.group(1)), match.group(2).lower()
+    else:
+        raise LaunchRefused(f"limit {what!r} must be a size such as '4GiB' or a number of bytes, not {value!r}")
+    if unit not in _UNITS:
+        raise LaunchRefused(f"limit {what!r}: unknown unit {unit!r} in {value!r}; use B, KiB, MiB, GiB, KB, MB or GB")
+    size = int(number * _UNITS[unit])
+    if size < 1024 * 1024:
+        raise LaunchRefused(f"limit {what!r} is {size} bytes; give at least 1MiB (or None for no limit)")
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one session (the server, the worker and everything a cell starts) may consume.
+
+    ``memory`` (bytes or a size string) and ``processes`` (tasks) bound the whole session
+    tree; ``cpu`` is CPUs' worth of time (``1.5``); ``tmpdir`` bounds the bytes a session
+    may write to its private TMPDIR; ``recording`` bounds the raw output kept on disk per
+    output file of the recording. ``None`` means no limit. ``enforce="required"`` refuses
+    to launch (``LaunchRefused``) when a limit cannot be enforced on this host;
+    ``"best_effort"`` starts anyway and ``status().limits`` says what holds. Example::
+
+        Console("analysis/", limits=Limits(memory="2GiB", processes=64, cpu=1.0))
+    """
+
+    memory: int | str | None = "4GiB"
+    processes: int | None = 256
+    cpu: float | None = None
+    tmpdir: int | str | None = "2GiB"
+    recording: int | str | None = "256MiB"
+    enforce: Literal["required", "best_effort"] = "required"
+
+    def __post_init__(self) -> None:
+        if self.enforce not in ("required", "best_effort"):
+            raise LaunchRefused(f"Limits.enforce must be 'required' or 'best_effort', not {self.enforce!r}")
+        for name in ("memory", "tmpdir", "recording"):
+            parse_size(getattr(self, name), name)
+        if self.processes is not None and (
+            not isinstance(self.processes, int) or isinstance(self.processes, bool) or not 8 <= self.processes <= 1 << 22
+        ):
+            raise LaunchRefused(f"limit 'processes' must be an integer from 8 up (or None), not {self.processes!r}")
+        if self.cpu is not None and (
+            not isinstance(self.cpu, int | float)
+            or isinstance(self.cpu, bool)
+            or not math.isfinite(self.cpu)
+            or not 0.01 <= self.cpu <= 4096
+        ):
+            raise LaunchRefused(f"limit 'cpu' must be a number of CPUs such as 1.5 (or None), not {self.cpu!r}")
+
+    def bytes(self, name: str) -> int | None:
+        """The limit ``name`` in bytes (memory, tmpdir, recording)."""
+        return parse_size(getattr(self, name), name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def limits_from_mapping(data: Mapping[str, Any], source: str) -> Limits:
+    """A profile's ``limits:`` mapping -> Limits (unknown keys refused)."""
+    known = {f.name for f in fields(Limits)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise LaunchRefused(
+            f"sandbox profile {source!r}: unknown limit(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+        )
+    return replace(Limits(), **dict(data))
+
+
+@dataclass(frozen=True, slots=True)
+class LimitReport:
+    """One limit as it holds in a running session: its value and what enforces it."""
+
+    value: int | float | None
+    enforced_by: str | None  # "cgroup2" | "cgroup1" | "rlimit" | "tmpfs" | None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "enforced_by": self.enforced_by, "note": self.note}

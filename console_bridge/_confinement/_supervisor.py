@@ -1,0 +1,290 @@
+"""The session supervisor: a small stdlib-only process between the host and a server.
+
+Started as ``python -I -S _supervisor.py CONFIG_JSON`` (no site, no user paths: it
+imports nothing but the standard library and starts in a few milliseconds). It
+owns the server's process tree exactly:
+
+* it is the **child subreaper** (``PR_SET_CHILD_SUBREAPER``), so every descendant,
+  ``setsid`` or double-forked, stays in its tree until it is reaped here;
+* it joins the session's cgroups and applies rlimits **before** starting the
+  server, so everything the server starts inherits them;
+* with a ``tmpfs`` setting it enters a private mount namespace and mounts a
+  size-capped tmpfs on the session's TMPDIR (invisible to every other session,
+  gone with the namespace);
+* it asks for a parent-death signal (``PR_SET_PDEATHSIG``): when the host dies it
+  closes the server's stdin (the recording is finalized), kills the rest of the
+  tree and removes the session's private folders.
+
+The server's stdout and stderr are the supervisor's own (no copy in between); its
+stdin is a pipe the supervisor feeds from its own stdin, so the supervisor can
+close it: on EOF from the host, on ``SIGTERM`` (a clean close requested from
+outside, e.g. ``console-bridge kill``) and on the host's death. ``SIGUSR1`` kills
+the tree at once. When the server has exited, every descendant left is killed,
+the private folders and cgroups are removed, and the supervisor exits with the
+server's status.
+
+A setup failure is reported on stderr as one line starting with
+``console-bridge supervisor:`` and exit status 71, before the server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+from typing import Any
+
+SETUP_FAILED = 71
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_MNT_DETACH = 2
+_RLIMITS = {"as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE, "cpu": resource.RLIMIT_CPU}
+
+
+def _fail(message: str) -> None:
+    os.write(2, f"console-bridge supervisor: {message}\n".encode())
+    os._exit(SETUP_FAILED)
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        _fail(f"{what} failed: {os.strerror(code)} (errno {code})")
+
+
+def _descendants() -> list[int]:
+    """Every descendant of this process (all are ours: orphans reparent to a subreaper)."""
+    found: list[int] = []
+    queue = [os.getpid()]
+    while queue:
+        pid = queue.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
+                    children = [int(part) for part in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+            found.extend(children)
+            queue.extend(children)
+    return found
+
+
+class Supervisor:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.argv = [str(part) for part in config["argv"]]
+        self.grace = float(config.get("grace", 3.0))
+        self.cleanup = [str(path) for path in config.get("cleanup", [])]
+        self.cgroups = [str(path) for path in config.get("cgroups", [])]
+        self.server_pid = 0
+        self.server_status: int | None = None
+        self.stdin_w: int | None = None
+        self.closing_at: float | None = None
+        self.killing = False
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        libc = _libc()
+        parent = os.getppid()
+        _check(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
+        _check(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+        if os.getppid() != parent:  # the host died before the death signal was armed
+            os._exit(SETUP_FAILED)
+        for group in self.cgroups:
+            try:
+                with open(os.path.join(group, "cgroup.procs"), "w", encoding="ascii") as handle:
+                    handle.write(str(os.getpid()))
+            except OSError as exc:
+                _fail(f"cannot join cgroup {group}: {exc.strerror}")
+        for name, value in dict(self.config.get("rlimits", {})).items():
+            soft = int(value)
+            _, hard = resource.getrlimit(_RLIMITS[name])
+            if hard != resource.RLIM_INFINITY and hard < soft:
+                soft = hard
+            try:
+                # The soft limit only: a worker may raise its own again (the bridge's startup
+                # cell does for RLIMIT_FSIZE), the server keeps it.
+                resource.setrlimit(_RLIMITS[name], (soft, hard))
+            except (OSError, ValueError) as exc:
+                _fail(f"cannot set RLIMIT_{name.upper()}={soft}: {exc}")
+        if "fsize" in dict(self.config.get("rlimits", {})):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the cap fail with EFBIG instead
+        tmpfs = self.config.get("tmpfs")
+        if isinstance(tmpfs, dict):
+            _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+            _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
+            options = f"size={int(tmpfs['size'])},mode=0700".encode()
+            target = str(tmpfs["path"]).encode()
+            _check(libc.mount(b"tmpfs", target, b"tmpfs", _MS_NOSUID | _MS_NODEV, options), "mounting the tmpfs")
+
+    def start_server(self) -> None:
+        read_end, self.stdin_w = os.pipe()
+        cwd = self.config.get("cwd")
+        pid = os.fork()
+        if pid == 0:  # the server
+            try:
+                os.dup2(read_end, 0)
+                os.close(read_end)
+                os.close(self.stdin_w)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_SETMASK, [])
+                if isinstance(cwd, str):
+                    os.chdir(cwd)
+                os.execv(self.argv[0], self.argv)
+            except OSError as exc:
+                os.write(2, f"console-bridge supervisor: cannot start {self.argv[0]}: {exc.strerror}\n".encode())
+            os._exit(127)
+        os.close(read_end)
+        self.server_pid = pid
+
+    # ------------------------------------------------------------------- run
+    def close_stdin(self) -> None:
+        if self.stdin_w is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.stdin_w)
+            self.stdin_w = None
+            if self.closing_at is None:
+                self.closing_at = time.monotonic()
+
+    def kill_all(self) -> None:
+        self.killing = True
+        self.close_stdin()
+        for _ in range(200):
+            pids = _descendants()
+            for group in self.cgroups:
+                with contextlib.suppress(OSError, ValueError), open(os.path.join(group, "cgroup.procs")) as handle:
+                    pids.extend(int(line) for line in handle.read().split() if int(line) != os.getpid())
+            if not pids:
+                return
+            for pid in set(pids):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap()
+            time.sleep(0.002)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.server_pid:
+                self.server_status = os.waitstatus_to_exitcode(status)
+
+    def run(self) -> int:
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        pending: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda signum, _frame: pending.append(signum))
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self.setup()
+        self.start_server()
+        host_in: int | None = 0
+        while self.server_status is None:
+            timeout = None
+            if self.closing_at is not None:
+                timeout = max(0.0, self.closing_at + self.grace - time.monotonic())
+                if timeout == 0.0:
+                    self.kill_all()
+                    continue
+            readers = [wake_r] + ([host_in] if host_in is not None else [])
+            try:
+                ready, _, _ = select.select(readers, [], [], timeout)
+            except InterruptedError:
+                ready = []
+            if wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+            while pending:
+                signum = pending.pop()
+                if signum == signal.SIGUSR1:
+                    self.kill_all()
+                elif signum != signal.SIGCHLD:  # TERM, INT, HUP, the parent's death: close cleanly
+                    self.close_stdin()
+            self.reap()
+            if host_in is not None and host_in in ready:
+                try:
+                    data = os.read(host_in, 1 << 16)
+                except OSError:
+                    data = b""
+                if not data:
+                    host_in = None
+                    self.close_stdin()
+                elif self.stdin_w is not None:
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(self.stdin_w, view) :]
+                    except OSError as exc:
+                        if exc.errno != errno.EPIPE:
+                            raise
+                        self.close_stdin()
+        self.kill_all()
+        self.finish()
+        status = self.server_status
+        if status < 0:  # the server died of a signal: die of the same one, so the host sees it as is
+            with contextlib.suppress(OSError, ValueError):  # SIGKILL/SIGSTOP cannot be reset
+                signal.signal(-status, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [-status])
+            os.kill(os.getpid(), -status)
+        return status if status >= 0 else 128 - status
+
+    def finish(self) -> None:
+        tmpfs = self.config.get("tmpfs")
+        if isinstance(tmpfs, dict):
+            _libc().umount2(str(tmpfs["path"]).encode(), _MNT_DETACH)
+        for path in self.cleanup:
+            for _ in range(3):
+                shutil.rmtree(path, ignore_errors=True)
+                if not os.path.lexists(path):
+                    break
+                time.sleep(0.01)
+        for group in self.cgroups:
+            for _ in range(100):
+                try:
+                    os.rmdir(group)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+def main() -> None:
+    try:
+        config = json.loads(sys.argv[1])
+    except (IndexError, ValueError) as exc:
+        _fail(f"bad configuration ({exc})")
+        return
+    sys.exit(Supervisor(config).run())
+
+
+if __name__ == "__main__":
+    main()
