@@ -32,7 +32,7 @@ from pathlib import Path
 
 from console_bridge._errors import LaunchRefused
 
-__all__ = ["HOME_SECRETS", "ProbeResult", "deny_paths", "expand_deny", "parse_probe", "probe_code"]
+__all__ = ["HOME_SECRETS", "ProbeResult", "deny_paths", "expand_deny", "parse_probe", "probe_code", "probe_code_for"]
 
 #: Credential stores under the home folder every session denies.
 HOME_SECRETS = (
@@ -90,7 +90,11 @@ def deny_paths(
     paths += list(SYSTEM_SECRETS)
     paths += [str(state_dir), *(str(root) for root in recording_roots), str(workspace / ".git")]
     paths += [expand_deny(item, workspace) for item in extra]
-    return list(dict.fromkeys(os.path.normpath(p) for p in paths))
+    # Only what exists: mcp-console's sandbox creates a mount point for each entry and fails on a
+    # missing parent. A secret created after the session started is not covered (documented).
+    # And no entry inside another (the sandbox cannot make a mount point inside a denied folder).
+    existing = [p for p in dict.fromkeys(os.path.normpath(p) for p in paths) if os.path.lexists(p)]
+    return [p for p in existing if not any(p.startswith(other + os.sep) for other in existing)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +139,38 @@ def probe_code(read_paths: Sequence[str], write_paths: Sequence[str]) -> str:
     )
 
 
+def probe_code_for(language: str, read_paths: Sequence[str], write_paths: Sequence[str]) -> str:
+    """The probe in ``language``. Python tries every read and write; SQL and R (for sessions
+    without Python) try to read every file and report how many reads worked."""
+    if language == "python":
+        return probe_code(read_paths, write_paths)
+    files = [p for p in read_paths if not os.path.isdir(p)]
+    if language == "sql":
+        listed = ", ".join("'" + p.replace("'", "''") + "'" for p in files) or "'/nonexistent'"
+        return (
+            f"select '{PROBE_MARK}' || json_object('readable', count(*), 'writable', [], 'checked', {len(files)}) "
+            f"as probe from read_text([{listed}])"
+        )
+    quoted = ", ".join('"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"' for p in files)
+    return (
+        f"local({{ n <- 0; for (p in c({quoted})) n <- n + isTRUE(tryCatch({{ con <- file(p, 'rb'); "
+        "on.exit(close(con)); length(readBin(con, 'raw', 1)) >= 0 }, error = function(e) FALSE, "
+        f"warning = function(w) FALSE)); cat('{PROBE_MARK}{{\"readable\": ', n, ', \"writable\": [], "
+        f"\"checked\": {len(files)}}}\\n', sep = '') }})"
+    )
+
+
 def parse_probe(text: str) -> ProbeResult | None:
     for line in text.splitlines():
+        line = line.strip().strip("|").strip()
         if line.startswith(PROBE_MARK):
             try:
                 data = json.loads(line[len(PROBE_MARK) :])
+                readable = data["readable"]
+                if isinstance(readable, int):  # SQL and R report a count
+                    readable = [f"{readable} denied file(s)"] if readable else []
                 return ProbeResult(
-                    readable=[str(p) for p in data["readable"]],
+                    readable=[str(p) for p in readable],
                     writable=[str(p) for p in data["writable"]],
                     checked=int(data["checked"]),
                 )

@@ -78,8 +78,9 @@ class Limits:
             raise LaunchRefused(f"Limits.enforce must be 'required' or 'best_effort', not {self.enforce!r}")
         for name in ("memory", "tmpdir", "recording"):
             parse_size(getattr(self, name), name)
-        if self.processes is not None and (
-            not isinstance(self.processes, int) or isinstance(self.processes, bool) or not 8 <= self.processes <= 1 << 22
+        processes = self.processes
+        if processes is not None and (
+            not isinstance(processes, int) or isinstance(processes, bool) or not 8 <= processes <= 1 << 22
         ):
             raise LaunchRefused(f"limit 'processes' must be an integer from 8 up (or None), not {self.processes!r}")
         if self.cpu is not None and (

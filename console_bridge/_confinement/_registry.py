@@ -28,7 +28,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ def sessions_root() -> Path:
 
 
 def new_session_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
 
 
 def _start_time(pid: int) -> float | None:
@@ -220,6 +220,6 @@ def sweep(root: Path | None = None, *, min_age: float = 10.0) -> list[str]:
                     swept.append(item.name)
                 else:
                     alive.add(item.name)
-    for group in stale_groups(alive):
-        remove_group(group)
+    for stale in stale_groups(alive):
+        remove_group(stale)
     return swept

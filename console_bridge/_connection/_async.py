@@ -23,8 +23,8 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from console_bridge._confinement._plan import Supervision
 from console_bridge._config import HttpSpec, ServerSpec, StdioSpec, load_server_spec
+from console_bridge._confinement._plan import Supervision
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._errors import (
     ApprovalDenied,
@@ -260,6 +260,11 @@ class AsyncMcpConnection(NotCopyable):
     @property
     def pid(self) -> int | None:
         return self._child.server_pid if self._child is not None else None
+
+    @property
+    def supervisor_pid(self) -> int | None:
+        """The pid of the supervisor process that owns the stdio server's tree (None over HTTP)."""
+        return self._child.pid if self._child is not None else None
 
     @property
     def closed(self) -> bool:

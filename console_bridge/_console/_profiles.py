@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -14,12 +14,14 @@ from typing import Any
 import yaml
 from packaging.version import Version
 
+from console_bridge._confinement._deny import expand_deny
+from console_bridge._confinement._limits import Limits, limits_from_mapping
 from console_bridge._console._sandbox import HOST_TMP, TMPDIR, WORKSPACE, SandboxPolicy
 from console_bridge._errors import LaunchRefused
 
 __all__ = ["Profile", "available_profiles", "load_profile", "profiles_dir", "translate"]
 
-_TOP_KEYS = {"name", "summary", "server", "expects"}
+_TOP_KEYS = {"name", "summary", "server", "expects", "deny_read", "limits"}
 _SERVER_KEYS = {
     "sandbox.profile",
     "sandbox.network",
@@ -71,6 +73,8 @@ class Profile:
     deny: tuple[str, ...]
     read_write: tuple[str, ...]  # relative to the workspace, or absolute
     expects_writable: frozenset[str]
+    deny_read: tuple[str, ...] = ()  # absolute, '~/...' or '{workspace}/...'; on top of the bridge's own list
+    limits: Limits = field(default_factory=Limits)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +90,8 @@ class Profile:
                 "sandbox.filesystem.read_write": list(self.read_write),
             },
             "expects": {"sandboxed": True, "network": "restricted", "writable": sorted(self.expects_writable)},
+            "deny_read": list(self.deny_read),
+            "limits": self.limits.as_dict(),
         }
 
 
@@ -188,6 +194,15 @@ def load_profile(profile: str | os.PathLike[str]) -> Profile:
             "expects.writable",
             f"is {sorted(writable)} but the server settings imply {sorted(implied)}",
         )
+    deny_read = document.get("deny_read") or []
+    if not isinstance(deny_read, list) or not all(isinstance(item, str) and item for item in deny_read):
+        raise _refuse(source, "deny_read", "must be a list of paths (absolute, '~/...' or '{workspace}/...')")
+    for item in deny_read:
+        expand_deny(item, Path("/workspace"), source=f"profile {str(source)!r}: deny_read")
+    raw_limits = document.get("limits") or {}
+    if not isinstance(raw_limits, Mapping):
+        raise _refuse(source, "limits", "must be a mapping (memory, processes, cpu, tmpdir, recording, enforce)")
+    limits = limits_from_mapping(raw_limits, str(source))
     name = document.get("name", source.stem)
     return Profile(
         name=str(name),
@@ -199,6 +214,8 @@ def load_profile(profile: str | os.PathLike[str]) -> Profile:
         deny=tuple(server.get("sandbox.filesystem.deny") or ()),
         read_write=tuple(server.get("sandbox.filesystem.read_write") or ()),
         expects_writable=frozenset(writable),
+        deny_read=tuple(deny_read),
+        limits=limits,
     )
 
 
@@ -239,8 +256,14 @@ def translate(
     version: Version,
     workspace: Path,
     writable_roots: Sequence[Path],
+    deny: Sequence[str] = (),
 ) -> tuple[list[str], SandboxPolicy]:
-    """The ``-c`` settings for this binary version and the sandbox it must then advertise."""
+    """The ``-c`` settings for this binary version and the sandbox it must then advertise.
+
+    ``deny`` is the bridge's own deny list (secrets, other sessions, recordings); the
+    profile's ``sandbox.filesystem.deny`` entries are added to it.
+    """
+    denied = list(dict.fromkeys([*deny, *(_abs_in(workspace, d) for d in profile.deny)]))
     settings: list[tuple[str, str]] = [("sandbox.network", "restricted")]
     writable: set[str] = {str(root) for root in writable_roots}
     read_write = [_abs_in(workspace, item) for item in profile.read_write]
@@ -261,15 +284,19 @@ def translate(
             # 0.0.5 has no sandbox.profile: grant the workspace itself, keep .git/.agents read-only.
             read_write.append(str(workspace))
             writable.add(str(workspace))
-            read_only.extend(str(workspace / name) for name in (".git", ".agents") if (workspace / name).exists())
+            read_only.extend(
+                str(workspace / name)
+                for name in (".git", ".agents")
+                if (workspace / name).exists() and str(workspace / name) not in denied
+            )
     if profile.tempdir == "managed":
         writable.add(TMPDIR)
     if read_write:
         settings.append(("sandbox.filesystem.read_write", json.dumps(read_write)))
     if read_only:
         settings.append(("sandbox.filesystem.read_only", json.dumps(read_only)))
-    if profile.deny:
-        settings.append(("sandbox.filesystem.deny", json.dumps([_abs_in(workspace, d) for d in profile.deny])))
+    if denied:
+        settings.append(("sandbox.filesystem.deny", json.dumps(denied)))
     args = [part for key, value in settings for part in ("-c", f"{key}={value}")]
     assert HOST_TMP not in writable
     return args, SandboxPolicy(sandboxed=True, network="restricted", writable=frozenset(writable))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,9 +13,11 @@ from typing import Any, Literal
 import anyio
 import platformdirs
 
+from console_bridge._confinement._limits import Limits
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._cells import BEING_POLLED, BUSY, bridge_hint, read_notices
+from console_bridge._console._confined import SessionConfinement
 from console_bridge._console._launch import (
     check_project_config,
     check_project_overrides,
@@ -79,6 +79,10 @@ class ConsoleStatus:
     pid: int | None = None
     tmpdir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    session_id: str | None = None
+    supervisor_pid: int | None = None
+    deny_read: tuple[str, ...] = ()
 
 
 def _cell_from(result: ToolResult, elapsed: float, *, is_error: bool = False) -> CellResult:
@@ -159,6 +163,7 @@ class AsyncConsole(NotCopyable):
         policy: Policy | None = None,
         version_timeout: float = 10.0,
         shutdown_grace: float = 3.0,
+        limits: Limits | None = None,
     ) -> None:
         ws = Path(workspace).expanduser()
         if not ws.is_dir():
@@ -177,6 +182,12 @@ class AsyncConsole(NotCopyable):
         if policy is not None and not isinstance(policy, Policy):
             raise LaunchRefused("policy must be a console_bridge.Policy or None")
         self._profile: Profile = load_profile(profile)
+        if limits is not None and not isinstance(limits, Limits):
+            raise LaunchRefused("limits must be a console_bridge.Limits or None (None takes the profile's limits)")
+        self.limits = limits if limits is not None else self._profile.limits
+        self._confined = SessionConfinement(
+            limits=self.limits, deny_read=self._profile.deny_read, workspace=self.workspace
+        )
         arg_roots, self._extra_args = split_args(args)
         self._roots = list(dict.fromkeys([*arg_roots, *(validate_root(r) for r in writable_roots)]))
         self._env = dict(env or {})
@@ -239,7 +250,9 @@ class AsyncConsole(NotCopyable):
         return Path(platformdirs.user_data_dir("console-bridge")) / "recordings"
 
     def _serve_args(self, binary: Binary, python: Path) -> tuple[list[str], SandboxPolicy]:
-        c_args, expected = translate(self._profile, binary.version, self.workspace, self._roots)
+        c_args, expected = translate(
+            self._profile, binary.version, self.workspace, self._roots, deny=self._confined.deny
+        )
         argv = ["serve", "--no-global-config" if self.project_config else "--no-config"]
         argv += ["-c", f"python={python}", *c_args, *self._extra_args]
         langs = ", ".join(self.languages)
@@ -284,10 +297,13 @@ class AsyncConsole(NotCopyable):
                 )
             python = await anyio.to_thread.run_sync(lambda: worker_python(self._python))
             self._abort_if_closed()
-            argv, self._expected = self._serve_args(binary, python)
             base = self.recordings_base
             base.mkdir(parents=True, exist_ok=True)
-            self._tmpdir = Path(tempfile.mkdtemp(prefix="console-bridge-"))
+            supervision = await anyio.to_thread.run_sync(
+                lambda: self._confined.prepare(owner=str(self.owner), profile=self._profile.name, recording_base=base)
+            )
+            argv, self._expected = self._serve_args(binary, python)
+            self._tmpdir = self._confined.tmpdir
             env = base_environment() | self._env | {"TMPDIR": str(self._tmpdir), "MCP_CONSOLE_HOME": str(base)}
             config = {
                 "mcpServers": {
@@ -310,9 +326,13 @@ class AsyncConsole(NotCopyable):
                 timeout=self.poll_window + self.timeout,
                 startup_timeout=self.startup_timeout,
                 shutdown_grace=self.shutdown_grace,
+                supervision=supervision,
             )
             await self._conn.connect()
+            self._confined.attach(self._conn.supervisor_pid or 0, base)
             await self._verify(self._conn, binary)
+            self._abort_if_closed()
+            await self._probe(base)
             self._abort_if_closed()
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -401,6 +421,19 @@ class AsyncConsole(NotCopyable):
         self._send_schema = dict(schema)
         self._description = description
 
+    async def _probe(self, base: Path) -> None:
+        """Prove the deny rules: a probe cell must fail to read every canary and denied place."""
+        language = next(lang for lang in ("python", "sql", "r") if lang in self.languages)
+        writable = self._expected.writable if self._expected is not None else frozenset()
+        workspace_writable = str(self.workspace) in writable or "workspace" in writable
+        code = await anyio.to_thread.run_sync(lambda: self._confined.probe_cell(base, workspace_writable, language))
+        conn = self._require("probe")
+        with anyio.fail_after(self.startup_timeout):
+            result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+            while result.running:
+                result = await self._call({"timeout_ms": int(self.poll_window * 1000)})
+        self._probe_checked = self._confined.check_probe(result.text, server=SERVER, pid=conn.pid)
+
     async def _teardown(self, *, cancel: bool) -> None:
         conn = self._conn
         if conn is not None:
@@ -408,8 +441,7 @@ class AsyncConsole(NotCopyable):
                 await conn.cancel()
             else:
                 await conn.close()
-        if self._tmpdir is not None:
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(self._tmpdir or "", ignore_errors=True))
+        await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 
     async def close(self) -> None:
@@ -460,6 +492,10 @@ class AsyncConsole(NotCopyable):
             recording=recording.path if recording else None,
             pid=self.pid,
             tmpdir=self._tmpdir,
+            limits=self._confined.reports(),
+            session_id=self._confined.entry.id if self._confined.entry else None,
+            supervisor_pid=self._confined.entry.supervisor_pid if self._confined.entry else None,
+            deny_read=tuple(self._confined.deny),
         )
 
     # ---------------------------------------------------------------- cells

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import anyio
 import mcp_types
+import psutil
 from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
-
-import psutil
 
 from console_bridge._confinement._plan import Confinement, supervisor_command
 from console_bridge._transport._process import ProcessTree
