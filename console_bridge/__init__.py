@@ -13,6 +13,7 @@ for the tree.
 
 from typing import TYPE_CHECKING, Any
 
+from console_bridge._confinement._limits import Limits
 from console_bridge._connection._handles import ToolHandle
 from console_bridge._console._recordings import Recording, Recordings
 from console_bridge._errors import (
@@ -107,6 +108,7 @@ __all__ = [
     "Desynchronized",
     "Image",
     "LaunchRefused",
+    "Limits",
     "McpConnection",
     "NotAllowed",
     "Owner",

@@ -63,6 +63,7 @@ class CellResult(ToolResult):
     waiting_for_input: bool = False
     prompt: str | None = None
     worker_exited: bool = False
+    limit: str | None = None  # the session limit the cell ran into ("memory", "processes", "tmpdir")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {"text/plain": self.text}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -123,6 +124,7 @@ def _merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -
         waiting_for_input=last.waiting_for_input,
         prompt=last.prompt,
         worker_exited=any(chunk.worker_exited for chunk in chunks),
+        limit=next((chunk.limit for chunk in chunks if chunk.limit), None),
     )
 
 
@@ -227,6 +229,8 @@ class AsyncConsole(NotCopyable):
         self._description = ""
         self._recording: Recording | None = None
         self._state = "new"
+        self._cell_open = False
+        self._probe_checked = 0
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -531,6 +535,9 @@ class AsyncConsole(NotCopyable):
         result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
         conn = self._require("send")
         started = time.monotonic()
+        if any(lang in args for lang in LANGUAGES):
+            self._confined.mark()
+            self._cell_open = True
         try:
             result = await conn.call_tool("send", args)
         except ServerError as exc:
@@ -543,14 +550,25 @@ class AsyncConsole(NotCopyable):
                     "(nothing was queued)",
                     server=SERVER,
                 ) from None
-            cell = _cell_from(exc.result, time.monotonic() - started, is_error=True)
+            cell = self._with_limit(_cell_from(exc.result, time.monotonic() - started, is_error=True))
             notice = read_notices(text)
             if notice.worker_exited or notice.restart_required or errors_as_results:
                 if notice.restart_required:
                     await self._restart_worker()
                 return cell
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
-        return _cell_from(result, time.monotonic() - started)
+        return self._with_limit(_cell_from(result, time.monotonic() - started))
+
+    def _with_limit(self, cell: CellResult) -> CellResult:
+        """When a finished cell ran into a session limit (kernel counters say so), say which."""
+        if cell.running or not self._cell_open:
+            return cell
+        self._cell_open = False
+        hit = self._confined.limit_hit(cell.text)
+        if hit is None:
+            return cell
+        notice = f"[console-bridge: the cell hit {self._confined.limit_message(hit)}]\n"
+        return dataclasses.replace(cell, text=cell.text + notice, limit=hit)
 
     async def _restart_worker(self) -> None:
         conn = self._require("restart")
@@ -624,6 +642,7 @@ class AsyncConsole(NotCopyable):
                 break
             args = {}
         chunks.extend(await self._stop_cell())
+        chunks.extend(await self._stop_leftover_work())
         partial = _merge(chunks, time.monotonic() - started)
         raise CellTimeout(
             f"the cell ran past timeout={timeout:g}s; it was interrupted and the session lives on "
@@ -644,6 +663,20 @@ class AsyncConsole(NotCopyable):
             # session usable again (a worker that never started held no state).
             chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}, errors_as_results=True))
         return chunks
+
+    async def _stop_leftover_work(self) -> list[CellResult]:
+        """After a timed-out cell was interrupted: if threads or processes it started still burn
+        CPU, restart the worker (the only way to stop a thread); its state is lost, and the
+        result says so."""
+        busy = self._confined.cpu_busy()
+        if busy is None or not await busy():
+            return []
+        restart = await self._call({"control": "restart", "timeout_ms": 5000}, errors_as_results=True)
+        note = (
+            "[console-bridge: the timed-out cell left threads or processes running; the worker was restarted "
+            "to stop them (its state is lost)]\n"
+        )
+        return [dataclasses.replace(restart, text=note)]
 
     async def settle(
         self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None

@@ -67,11 +67,23 @@ def recordings(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def no_leaks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Give the test its own temp root and fail when a private TMPDIR survives in it."""
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's own console-bridge state folder (every session's private folder lives in it)."""
+    path = tmp_path / "state"
+    monkeypatch.setenv("CONSOLE_BRIDGE_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def no_leaks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> Iterator[None]:
+    """Give the test its own temp and state roots; fail when a session's private folder,
+    a private TMPDIR or a session cgroup survives."""
     root = tmp_path / "tmproot"
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
     yield
     left = sorted(name for name in os.listdir(root) if name.startswith("console-bridge-"))
     assert left == [], f"a private TMPDIR survived its session: {left}"
+    sessions = state_dir / "sessions"
+    folders = sorted(os.listdir(sessions)) if sessions.is_dir() else []
+    assert folders == [], f"a session's private folder survived: {folders}"

@@ -8,6 +8,7 @@ server only PATH/HOME/LANG (plus TMPDIR and MCP_CONSOLE_HOME), so the wrapper ca
   ``version_wrong``, ``version_garbage``, ``version_hang``, ``version_hang_child``,
   ``version_fail``. ``serve`` modes: ``network``, ``no_sandbox``, ``inherit_codex``,
   ``requirements``, ``extra_tool``, ``no_timeout``, ``unknown_sentence``, ``wrong_name``,
+  ``drop_deny`` (runs the bridge's confinement probe unsandboxed, as a server that ignores deny rules),
   ``reported_version``; ``v005`` is a correct 0.0.5 (``--version`` and serverInfo).
 - ``FAKE_LOG``: every JSON-RPC method received is appended here, one per line.
 - ``FAKE_INFO``: JSON written at ``serve`` start: pid, child pid, argv, TMPDIR, cwd.
@@ -146,12 +147,30 @@ def answer(method: str, params: dict[str, Any]) -> dict[str, Any]:
     if method == "tools/list":
         return {"tools": tools()}
     if method == "tools/call":
+        code = str((params.get("arguments") or {}).get("python") or "")
+        if "console-bridge-probe:" in code:
+            return {"content": [{"type": "text", "text": probe(code)}], "isError": False}
         return {"content": [{"type": "text", "text": "ok"}], "isError": False}
     if method in ("resources/list", "prompts/list"):
         return {method.split("/")[0]: []}
     if method == "ping":
         return {}
     raise LookupError(method)
+
+
+def probe(code: str) -> str:
+    """The bridge's confinement probe. ``drop_deny`` runs it for real, unsandboxed (a server that
+    silently dropped the deny rules: the canaries are readable); other modes answer as a server
+    that honours them."""
+    if MODE != "drop_deny":
+        return 'console-bridge-probe:{"readable": [], "writable": [], "checked": 1}\n'
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        exec(code, {})
+    return buffer.getvalue()
 
 
 def serve() -> int:

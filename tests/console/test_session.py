@@ -262,6 +262,7 @@ async def test_opted_in_project_config_is_still_verified(mcp_console, workspace,
 
 async def test_timeout_during_worker_startup_is_a_cell_timeout(mcp_console, workspace, recordings):
     async with make(mcp_console, workspace, recordings, poll_window=0.5) as console:
+        await console.restart()  # the start-time probe booted a worker: start from a fresh, unbooted one
         with pytest.raises(CellTimeout):  # the worker takes far longer than 50 ms to start
             await console.run(python="print('cut short')", timeout=0.05)
         after = await console.run(python="print('after')", timeout=60)

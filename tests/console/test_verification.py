@@ -80,7 +80,8 @@ def make_fake(tmp_path: Path, mode: str) -> Fake:
 
 
 def private_tmpdirs() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob(PREFIX + "*"))
+    """Every session's private TMPDIR (``<state>/sessions/<id>/tmp``)."""
+    return set((Path(os.environ["CONSOLE_BRIDGE_STATE_DIR"]) / "sessions").glob("*/tmp"))
 
 
 def alive(pids: list[int]) -> list[int]:
@@ -123,6 +124,7 @@ def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "tmproot"
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
+    monkeypatch.setenv("CONSOLE_BRIDGE_STATE_DIR", str(tmp_path / "state"))
     return root
 
 
@@ -186,7 +188,7 @@ async def test_wrong_server_is_stopped_before_any_call(
         assert await wait_dead([info["pid"], info["child"]]) == []
 
         tmpdir = Path(info["tmpdir"])
-        assert tmpdir.parent == Path(tempfile.gettempdir()) and tmpdir.name.startswith(PREFIX)
+        assert tmpdir.parent.parent == Path(os.environ["CONSOLE_BRIDGE_STATE_DIR"]) / "sessions"
         assert not tmpdir.exists()
         assert private_tmpdirs() - before == set()
 
@@ -453,3 +455,27 @@ async def test_refused_version_is_not_cached(tmp_path: Path, workspace: Path) ->
         with pytest.raises(VersionRefused):
             await console_for(fake, workspace).start()
     assert fake.version_runs() == 2
+
+
+async def test_a_server_that_drops_the_deny_rules_is_a_sandbox_mismatch(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The advertised text cannot show deny rules: the start-time probe catches a server that
+    ignores them (the fake runs the probe unsandboxed), before any user cell."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("secret")
+    monkeypatch.setenv("HOME", str(home))
+    fake = make_fake(tmp_path, "drop_deny")
+    console = console_for(fake, workspace)
+    try:
+        with pytest.raises(SandboxMismatch) as caught:
+            await console.start()
+        message = str(caught.value)
+        assert "probe" in message and "before any user cell" in message
+        assert any(".ssh" in path for path in caught.value.details["readable"])
+        assert fake.methods().count("tools/call") == 1  # the probe, and nothing after it
+        assert await wait_dead([fake.info()["pid"]]) == []
+        assert private_tmpdirs() == set()
+    finally:
+        kill_leftovers(fake)

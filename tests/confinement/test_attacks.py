@@ -1,0 +1,386 @@
+"""Confinement, attacked through the library with the real binary and real kernel facilities.
+
+Each test asserts that the attack failed AND that the session still works afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from console_bridge import AsyncConsole, LaunchRefused, Limits
+from tests.conftest import ROOT
+from tests.console.conftest import binary_for
+
+pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.usefixtures("no_leaks")]
+
+CANARY = "CANARY-7f3a"
+HAS_R = shutil.which("R") is not None
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary HOME holding credential stores with canaries."""
+    path = tmp_path / "home"
+    for name in (".ssh/id_rsa", ".aws/credentials", ".netrc", ".config/gh/hosts.yml", ".kube/config"):
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f"{CANARY} {name}\n")
+    monkeypatch.setenv("HOME", str(path))
+    return path
+
+
+def _console(workspace: Path, version: str = "0.0.6", **kwargs: object) -> AsyncConsole:
+    return AsyncConsole(workspace, command=binary_for(version), **kwargs)  # type: ignore[arg-type]
+
+
+async def _works(console: AsyncConsole) -> None:
+    result = await console.run(python="print(1 + 1)") if "python" in console.languages else None
+    if result is not None:
+        assert result.text.strip().endswith("2"), result.text
+
+
+@pytest.mark.parametrize("version", ["0.0.5", "0.0.6"])
+@pytest.mark.parametrize("profile", ["read-only", "workspace"])
+async def test_secrets_and_other_sessions_are_unreadable(
+    version: str, profile: str, home: Path, tmp_path: Path, workspace: Path, recordings: Path
+) -> None:
+    git = workspace / ".git"
+    git.mkdir()
+    (git / "config").write_text(f'[http]\n\textraheader = AUTHORIZATION: basic {CANARY}\n')
+    langs = ("python", "sql", "r") if HAS_R and version == "0.0.6" else ("python", "sql")
+    other_ws = tmp_path / "other"
+    other_ws.mkdir()
+    async with _console(other_ws, version, recordings_dir=recordings) as bystander:
+        planted = await bystander.run(
+            python=f"import os; p = os.path.join(os.environ['TMPDIR'], 'secret.txt'); open(p, 'w').write('{CANARY}');"
+            " print(p)"
+        )
+        secret_tmp = planted.text.strip().splitlines()[-1]
+        bystander_recording = bystander.status().recording
+        assert bystander_recording is not None
+        targets = [
+            str(home / ".ssh" / "id_rsa"),
+            str(home / ".aws" / "credentials"),
+            str(home / ".netrc"),
+            str(home / ".config" / "gh" / "hosts.yml"),
+            str(git / "config"),
+            "/etc/shadow",
+            secret_tmp,
+            str(bystander_recording / ("transcript.md" if version == "0.0.6" else "transcript.qmd")),
+        ]
+        async with _console(workspace, version, profile=profile, languages=langs, recordings_dir=recordings) as c:
+            for target in targets:
+                out = await c.run(python=f"print(open({target!r}).read())")
+                assert CANARY not in out.text and "root:" not in out.text, (target, out.text)
+                assert "Error" in out.text, (target, out.text)  # PermissionError / FileNotFoundError
+                sql = await c.run(sql=f"select content from read_text('{target}')")
+                assert CANARY not in sql.text and "root:" not in sql.text, (target, sql.text)
+                if "r" in langs:
+                    r_out = await c.run(r=f'tryCatch(cat(readLines("{target}")), error = function(e) cat("denied"))')
+                    assert CANARY not in r_out.text and "root:" not in r_out.text, (target, r_out.text)
+            listing = await c.run(python=f"import os; print(os.listdir({str(home / '.ssh')!r}))")
+            assert "id_rsa" not in listing.text
+            status = c.status()
+            assert any(path.endswith("/.ssh") for path in status.deny_read)
+            await _works(c)
+        # the bystander is untouched
+        assert (await bystander.run(python=f"print(open({secret_tmp!r}).read())")).text.strip() == CANARY
+
+
+async def test_profile_deny_read_adds_paths(tmp_path: Path, workspace: Path, recordings: Path) -> None:
+    private = workspace / "private"
+    private.mkdir()
+    (private / "data.csv").write_text(f"{CANARY}\n")
+    (workspace / "public.csv").write_text("a\n1\n")
+    profile = tmp_path / "narrow.yaml"
+    profile.write_text(
+        textwrap.dedent(
+            """\
+            name: narrow
+            server: {sandbox.profile: read_only, sandbox.network: restricted, sandbox.tempdir: managed}
+            expects: {sandboxed: true, network: restricted, writable: [tmpdir]}
+            deny_read: ["{workspace}/private"]
+            """
+        )
+    )
+    async with _console(workspace, profile=str(profile), recordings_dir=recordings) as console:
+        out = await console.run(python="print(open('private/data.csv').read())")
+        assert CANARY not in out.text and "PermissionError" in out.text
+        assert (await console.run(python="print(open('public.csv').read())")).text.startswith("a")
+
+
+def test_profile_deny_read_is_validated(tmp_path: Path) -> None:
+    profile = tmp_path / "bad.yaml"
+    profile.write_text(
+        "server: {sandbox.profile: read_only}\nexpects: {sandboxed: true, network: restricted, writable: [tmpdir]}\n"
+        'deny_read: ["relative/path"]\n'
+    )
+    with pytest.raises(LaunchRefused, match="relative"):
+        AsyncConsole(tmp_path, profile=str(profile))
+
+
+async def test_fork_bomb_stops_at_the_process_limit(workspace: Path, recordings: Path) -> None:
+    code = textwrap.dedent(
+        """\
+        import os, time
+        kids = []
+        try:
+            for _ in range(2000):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                kids.append(pid)
+        except OSError as exc:
+            print("refused after", len(kids), type(exc).__name__)
+        for pid in kids:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        """
+    )
+    limits = Limits(processes=128)
+    async with _console(workspace, limits=limits, recordings_dir=recordings) as console:
+        assert console.status().limits["processes"]["enforced_by"] in ("cgroup1", "cgroup2")
+        out = await console.run(python=code)
+        assert "refused after" in out.text, out.text
+        assert int(out.text.split("refused after")[1].split()[0]) < 128
+        assert out.limit == "processes"
+        assert "process limit" in out.text
+        await _works(console)
+
+
+async def test_memory_hog_stops_at_the_memory_limit(workspace: Path, recordings: Path) -> None:
+    async with _console(workspace, limits=Limits(memory="256MiB"), recordings_dir=recordings) as console:
+        assert console.status().limits["memory"]["enforced_by"] in ("cgroup1", "cgroup2")
+        out = await console.run(python="blocks = []\nwhile True:\n    blocks.append(bytearray(32 << 20))")
+        assert out.limit == "memory", out.text
+        assert "memory limit" in out.text
+        await _works(console)
+        # the host and the limit are fine: a modest allocation still works
+        ok = await console.run(python="x = bytearray(64 << 20); print(len(x))")
+        assert str(64 << 20) in ok.text
+
+
+async def test_tmpdir_fill_stops_at_its_cap(workspace: Path, recordings: Path) -> None:
+    async with _console(workspace, limits=Limits(tmpdir="32MiB"), recordings_dir=recordings) as console:
+        assert console.status().limits["tmpdir"]["enforced_by"] == "tmpfs"
+        code = (
+            "import os\np = os.path.join(os.environ['TMPDIR'], 'fill')\nwith open(p, 'wb') as f:\n"
+            "    for _ in range(100):\n        f.write(b'x' * (1 << 20))"
+        )
+        out = await console.run(python=code)
+        assert "No space left on device" in out.text, out.text
+        assert out.limit == "tmpdir"
+        host_tmp = console.status().tmpdir
+        assert host_tmp is not None
+        # The tmpfs lives in the session's own mount namespace: nothing landed on the host's disk.
+        assert sum(f.stat().st_size for f in host_tmp.rglob("*") if f.is_file()) == 0
+        await console.run(python="import os; os.remove(os.path.join(os.environ['TMPDIR'], 'fill'))")
+        await _works(console)
+
+
+async def test_output_flood_leaves_at_most_the_recording_cap(workspace: Path, recordings: Path) -> None:
+    cap = 16 << 20
+    async with _console(workspace, limits=Limits(recording=cap), recordings_dir=recordings) as console:
+        out = await console.run(
+            python="import sys\nchunk = 'y' * (1 << 20) + '\\n'\nfor _ in range(300):\n    sys.stdout.write(chunk)",
+            timeout=120,
+        )
+        assert out.text  # the server kept answering
+        await _works(console)
+        recording = console.status().recording
+    assert recording is not None
+    size = sum(f.stat().st_size for f in recording.rglob("*") if f.is_file())
+    assert size <= cap + (1 << 20), size
+
+
+def _session_cpu(console: AsyncConsole) -> float:
+    """CPU seconds used by the session's whole tree right now."""
+    sup = console.status().supervisor_pid
+    assert sup is not None
+    procs = [psutil.Process(sup), *psutil.Process(sup).children(recursive=True)]
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+async def test_cpu_returns_to_idle_after_a_cell_timeout(workspace: Path, recordings: Path) -> None:
+    from console_bridge import CellTimeout
+
+    spin = textwrap.dedent(
+        """\
+        import subprocess, sys, threading
+        def burn():
+            while True:
+                pass
+        threading.Thread(target=burn, daemon=True).start()
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        import time
+        time.sleep(60)
+        """
+    )
+    async with _console(workspace, recordings_dir=recordings) as console:
+        with pytest.raises(CellTimeout) as info:
+            await console.run(python=spin, timeout=2)
+        assert "restarted" in info.value.result.text  # type: ignore[union-attr]
+        deadline = time.monotonic() + 2.0
+        while True:
+            before = _session_cpu(console)
+            time.sleep(0.5)
+            used = _session_cpu(console) - before
+            if used < 0.1 or time.monotonic() > deadline:
+                break
+        assert used < 0.1, f"the session still burns {used / 0.5:.0%} of a CPU after the timeout"
+        await _works(console)
+
+
+def test_enforce_required_without_a_mechanism_refuses(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, state_dir: Path
+) -> None:
+    import anyio
+
+    empty = tmp_path / "no-cgroups"
+    empty.mkdir()
+    empty.chmod(0o500)
+    monkeypatch.setenv("CONSOLE_BRIDGE_CGROUP_ROOT", str(empty))
+
+    async def start() -> None:
+        async with _console(workspace, limits=Limits(processes=64, memory=None)):
+            pass
+
+    with pytest.raises(LaunchRefused, match="processes") as info:
+        anyio.run(start)
+    assert "best_effort" in str(info.value)
+    assert not list((state_dir / "sessions").iterdir())
+
+    async def best_effort() -> dict[str, dict[str, object]]:
+        async with _console(workspace, limits=Limits(processes=64, enforce="best_effort")) as console:
+            assert (await console.run(python="print(3)")).text.strip() == "3"
+            return console.status().limits
+
+    limits = anyio.run(best_effort)
+    assert limits["processes"]["enforced_by"] is None
+    assert limits["memory"]["enforced_by"] == "rlimit"
+
+
+HOST_SCRIPT = """
+import json, sys, time
+from console_bridge import Console
+with Console(sys.argv[1], command=sys.argv[2], recordings_dir=sys.argv[3]) as console:
+    console.run(python="import subprocess; subprocess.Popen(['sleep', '1000.4242'])")
+    status = console.status()
+    print(json.dumps({"sup": status.supervisor_pid, "folder": str(status.tmpdir.parent),
+                      "recording": str(status.recording)}), flush=True)
+    time.sleep(600)
+"""
+
+
+def _sleepers(token: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if token in " ".join(proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_sigkill_of_the_host_leaves_nothing(workspace: Path, recordings: Path, state_dir: Path) -> None:
+    env = {**os.environ, "CONSOLE_BRIDGE_STATE_DIR": str(state_dir)}
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_SCRIPT, str(workspace), str(binary_for("0.0.6")), str(recordings)],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert host.stdout is not None
+        info = json.loads(host.stdout.readline())
+        tree = [psutil.Process(info["sup"]), *psutil.Process(info["sup"]).children(recursive=True)]
+        assert _sleepers("1000.4242")
+        host.kill()
+        host.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (
+            any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree) or Path(info["folder"]).exists()
+        ):
+            time.sleep(0.05)
+        assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not _sleepers("1000.4242")
+        assert not Path(info["folder"]).exists()
+        transcript = Path(info["recording"]) / "transcript.md"
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "Recording finished" not in transcript.read_text():
+            time.sleep(0.05)
+        assert "Recording finished" in transcript.read_text()
+    finally:
+        host.kill()
+
+
+async def test_setsid_descendants_whose_parent_dies_fast_never_escape(workspace: Path, recordings: Path) -> None:
+    token = f"2000.{os.getpid()}"
+    code = textwrap.dedent(
+        f"""\
+        import os
+        for _ in range(200):
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    os.execv("/bin/sleep", ["sleep", "{token}"])
+                os._exit(0)
+            os.waitpid(pid, 0)
+        print("spawned")
+        """
+    )
+    async with _console(workspace, recordings_dir=recordings, limits=Limits(processes=1024)) as console:
+        out = await console.run(python=code, timeout=60)
+        assert "spawned" in out.text
+        assert len(_sleepers(token)) == 200
+        await _works(console)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and _sleepers(token):
+        time.sleep(0.05)
+    assert _sleepers(token) == [], "a setsid descendant outlived its session"
+
+
+async def test_a_host_that_died_is_swept_on_the_next_start(workspace: Path, recordings: Path, state_dir: Path) -> None:
+    from console_bridge._confinement._registry import SessionEntry, sessions_root
+
+    root = sessions_root()
+    folder = root / "20200101T000000-deadbeef"
+    (folder / "tmp").mkdir(parents=True)
+    SessionEntry(
+        id="20200101T000000-deadbeef", folder=str(folder), host_pid=999_999_999, host_started=1.0, created=1.0
+    ).save()
+    async with _console(workspace, recordings_dir=recordings) as console:
+        assert not folder.exists()
+        await _works(console)
+
+
+def test_signals_reach_nothing_outside_the_session() -> None:
+    """The supervisor is stdlib-only and starts isolated (-I -S): nothing from the host's site."""
+    from console_bridge._confinement._plan import supervisor_command
+
+    argv = supervisor_command(["/bin/true"], cwd=None, grace=1.0)
+    assert argv[1:3] == ["-I", "-S"]
+    assert signal.SIGUSR1  # the kill-now signal exists on this platform
+    done = subprocess.run(argv, capture_output=True, timeout=10)
+    assert done.returncode == 0, done.stderr
