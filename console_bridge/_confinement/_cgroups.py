@@ -213,9 +213,9 @@ def create_session_cgroups(
     return result
 
 
-def remove_group(group: Path, *, kill: bool = True) -> bool:
+def remove_group(group: Path, *, kill: bool = True, attempts: int = 100) -> bool:
     """Kill what is left in ``group`` (only ever a session's own group) and remove it."""
-    for _ in range(100):
+    for _ in range(attempts):
         pids = _procs(group)
         if kill:
             for pid in pids:

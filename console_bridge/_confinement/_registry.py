@@ -220,6 +220,7 @@ def sweep(root: Path | None = None, *, min_age: float = 10.0) -> list[str]:
                     swept.append(item.name)
                 else:
                     alive.add(item.name)
+    # Groups with no entry here may belong to sessions of another state folder: remove only empty ones.
     for stale in stale_groups(alive):
-        remove_group(stale)
+        remove_group(stale, kill=False, attempts=1)
     return swept

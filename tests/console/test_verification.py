@@ -296,7 +296,7 @@ async def test_ok_server_starts_sends_and_closes(tmp_path: Path, workspace: Path
 
         result = await console.send(python="print(1)")
         assert result.text == "ok" and not result.is_error and not result.running
-        assert fake.methods().count("tools/call") == 1
+        assert fake.methods().count("tools/call") == 2  # the start-time confinement probe, then this send
 
         (handle,) = console.tools()
         assert handle.input_schema["properties"]["control"]["enum"] == ["interrupt"]
@@ -338,7 +338,7 @@ async def test_cancel_kills_the_tree_including_children_that_left_the_group(tmp_
             await console.cancel()
             assert await wait_dead([info["pid"], info["child"]]) == []
             assert not Path(info["tmpdir"]).exists()
-        assert "tools/call" not in fake.methods()
+        assert fake.methods().count("tools/call") == 1  # only the start-time confinement probe
     finally:
         kill_leftovers(fake)
 
