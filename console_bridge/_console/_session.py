@@ -30,6 +30,7 @@ from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._version import Binary, check_binary, resolve_command
+from console_bridge._console._workspace import vet_workspace
 from console_bridge._errors import (
     ApprovalDenied,
     Busy,
@@ -177,6 +178,7 @@ class AsyncConsole(NotCopyable):
         if policy is not None and not isinstance(policy, Policy):
             raise LaunchRefused("policy must be a console_bridge.Policy or None")
         self._profile: Profile = load_profile(profile)
+        vet_workspace(self.workspace, self._profile)
         arg_roots, self._extra_args = split_args(args)
         self._roots = list(dict.fromkeys([*arg_roots, *(validate_root(r) for r in writable_roots)]))
         self._env = dict(env or {})
