@@ -521,7 +521,8 @@ def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
         document = state.report(opts, with_output=True)
         document["artifacts"] = str(opts.artifacts.absolute()) if opts.artifacts is not None else None
         with contextlib.suppress(BrokenPipeError):
-            sys.stdout.write(json.dumps(document, indent=2) + "\n")
+            # ensure_ascii escapes every control but DEL; \u007f is the same JSON, and inert on a terminal
+            sys.stdout.write(json.dumps(document, indent=2).replace("\x7f", "\\u007f") + "\n")
             sys.stdout.flush()
     if opts.debug and state.debug_trace:
         term.clear()
