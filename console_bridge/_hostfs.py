@@ -30,6 +30,7 @@ __all__ = [
     "Root",
     "copy_tree",
     "open_dir",
+    "open_file",
     "open_root",
     "read_file",
     "remove_entry",
@@ -128,10 +129,10 @@ def _walk_to(root: int, parts: list[str], *, create: bool) -> Iterator[int]:
             os.close(fd)
 
 
-def read_file(root: Root, name: str | os.PathLike[str], max_bytes: int) -> bytes:
-    """The bytes of the regular file ``name`` under ``root``; larger than ``max_bytes``: NotAllowed.
+def open_file(root: Root, name: str | os.PathLike[str]) -> int:
+    """An open read-only descriptor of the regular file ``name`` under ``root`` (the caller closes it).
 
-    No component is followed through a symlink; a FIFO, socket or device is refused.
+    No component is followed through a symlink; a FIFO, socket or device is refused (NotAllowed).
     """
     parts = split_name(name)
     with open_root(root) as root_fd, _walk_to(root_fd, parts[:-1], create=False) as parent:
@@ -141,31 +142,39 @@ def read_file(root: Root, name: str | os.PathLike[str], max_bytes: int) -> bytes
             if exc.errno == errno.ELOOP:
                 raise _refuse_link(os.fspath(name), exc) from None
             raise
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise NotAllowed(f"{os.fspath(name)!r} is not a regular file; only regular files are read")
-            if info.st_size > max_bytes:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotAllowed(f"{os.fspath(name)!r} is not a regular file; only regular files are read")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_file(root: Root, name: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of the regular file ``name`` under ``root``; larger than ``max_bytes``: NotAllowed.
+
+    No component is followed through a symlink; a FIFO, socket or device is refused.
+    """
+    fd = open_file(root, name)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise NotAllowed(
+                f"{os.fspath(name)!r} is {size} bytes, over the limit of {max_bytes}; "
+                "raise max_bytes or write a smaller file"
+            )
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, min(_CHUNK, max_bytes + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
                 raise NotAllowed(
-                    f"{os.fspath(name)!r} is {info.st_size} bytes, over the limit of {max_bytes}; "
+                    f"{os.fspath(name)!r} grew past the limit of {max_bytes} bytes while it was read; "
                     "raise max_bytes or write a smaller file"
                 )
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > max_bytes:
-                    raise NotAllowed(
-                        f"{os.fspath(name)!r} grew past the limit of {max_bytes} bytes while it was read; "
-                        "raise max_bytes or write a smaller file"
-                    )
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from console_bridge import NotAllowed
+from console_bridge._console._recordings import FINISHED, Recordings
 from console_bridge._hostfs import (
     copy_tree,
     open_dir,
@@ -204,3 +206,33 @@ def test_random_names_never_resolve_outside_the_root(name: str, data: bytes) -> 
         for path in root.rglob("*"):
             if not path.is_symlink():
                 assert Path(os.path.realpath(path)).is_relative_to(root.resolve())
+
+
+# ------------------------------------------------------------------ Recordings on a forged tree (no processes)
+def test_forged_recording_links_are_never_followed(tmp_path: Path, outside: Path) -> None:
+    (outside / "transcript.md").write_text(f"# not ours\n{FINISHED}\n")
+    (outside / "events.jsonl").write_text('{"event": "secret"}\n')
+    outside.chmod(0o750)
+    before = snapshot(outside)
+    sessions = tmp_path / "recs" / "sessions"
+    run_id, linked_id = "20200101T000000.000000000Z-0000000001", "20200102T000000.000000000Z-0000000002"
+    (sessions / run_id / "capture").mkdir(parents=True)
+    (sessions / run_id / "transcript.md").symlink_to(outside / "transcript.md")
+    (sessions / run_id / "capture" / "events.jsonl").symlink_to(outside / "events.jsonl")
+    (sessions / run_id / "capture" / "dirlink").symlink_to(outside)
+    (sessions / linked_id).symlink_to(outside)
+    recs = Recordings(tmp_path / "recs")
+    assert [rec.run_id for rec in recs.list()] == [run_id]  # a symlinked run folder is no recording
+    with pytest.raises(NotAllowed, match="symlink"):
+        recs.get(linked_id)
+    rec = recs.get(run_id)
+    assert rec.finalized is False and list(rec.events()) == []
+    archive = recs.export(run_id, tmp_path / "out.tar.gz")
+    with tarfile.open(archive) as tar:
+        assert sorted(m.name for m in tar.getmembers()) == [run_id, f"{run_id}/capture"]
+    (tmp_path / "planted.tar.gz").symlink_to(outside / "x.tar.gz")
+    with pytest.raises(NotAllowed, match="symlink"):
+        recs.export(run_id, tmp_path / "planted.tar.gz")
+    assert recs.prune(keep_last=0) == [rec]
+    assert not (sessions / run_id).exists() and (sessions / linked_id).is_symlink()
+    assert snapshot(outside) == before

@@ -18,7 +18,7 @@ import platformdirs
 import psutil
 
 from console_bridge._errors import BridgeError, NotAllowed
-from console_bridge._hostfs import open_dir, remove_tree, walk_tree
+from console_bridge._hostfs import open_dir, open_file, remove_tree, walk_tree
 
 __all__ = ["Recording", "Recordings", "default_recordings_root", "find_recording"]
 
@@ -76,10 +76,18 @@ class Recording:
         if self.layout == "0.0.5":
             # 0.0.5 writes no end marker: its recording is complete once its server is gone.
             return not self._server_running()
+        try:  # the tail only, never through a symlink (a forged recording may point anywhere)
+            fd = open_file(self.path, transcript.name)
+        except (OSError, BridgeError):
+            return False
         try:
-            return transcript.read_text(encoding="utf-8", errors="replace").rstrip().endswith(FINISHED)
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, 4096, max(0, size - 4096))
         except OSError:
             return False
+        finally:
+            os.close(fd)
+        return tail.decode("utf-8", errors="replace").rstrip().endswith(FINISHED)
 
     def _server_running(self) -> bool:
         pid = self.pid
@@ -112,7 +120,11 @@ class Recording:
         for name in _EVENTS:
             candidate = self.path / name
             if candidate.is_file():
-                with open(candidate, encoding="utf-8", errors="replace") as handle:
+                try:  # never through a symlink
+                    fd = open_file(self.path, name)
+                except (OSError, BridgeError):
+                    return
+                with open(fd, encoding="utf-8", errors="replace") as handle:
                     for line in handle:
                         if line.strip():
                             try:
