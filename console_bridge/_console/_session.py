@@ -30,7 +30,7 @@ from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._version import Binary, check_binary, resolve_command
-from console_bridge._console._workspace import vet_workspace
+from console_bridge._console._workspace import vet_recordings, vet_workspace
 from console_bridge._errors import (
     ApprovalDenied,
     Busy,
@@ -206,6 +206,7 @@ class AsyncConsole(NotCopyable):
         self.version_timeout = version_timeout
         self.shutdown_grace = shutdown_grace
         self.recordings_dir = Path(recordings_dir).expanduser().absolute() if recordings_dir is not None else None
+        vet_recordings(self.recordings_base, self.workspace, self._profile, self._roots)
         self.owner = owner if owner is not None else Owner("host")
         self.policy = policy if policy is not None else Policy(pin_schemas="on_change")
         check_project_config(self.workspace, project_config)

@@ -23,8 +23,7 @@ from typing import Any
 from console_bridge._console._launch import validate_root
 from console_bridge._console._profiles import Profile, load_profile
 from console_bridge._console._recordings import Recording, default_recordings_root
-from console_bridge._console._sandbox import WORKSPACE
-from console_bridge._console._workspace import vet_workspace
+from console_bridge._console._workspace import inside, vet_workspace, writable_places
 from console_bridge._errors import BridgeError, LaunchRefused
 from console_bridge._hostfs import copy_tree, open_dir, remove_entry, remove_tree, write_file
 from console_bridge._results import Image
@@ -56,21 +55,12 @@ def check_workspace(workspace: Path, profile: str) -> LaunchRefused | None:
 
 def _writable_places(workspace: Path, profile: str, writable_roots: Sequence[str]) -> list[Path]:
     """The host folders the code may write in this run (besides its private TMPDIR)."""
-    places: list[Path] = []
+    roots: list[Path] = []
     for root in writable_roots:
         with contextlib.suppress(BridgeError):
-            places.append(validate_root(root))
+            roots.append(validate_root(root))
     loaded = _load(profile)
-    ws = workspace.expanduser().resolve()
-    if loaded is not None:
-        if WORKSPACE in loaded.expects_writable:
-            places.append(ws)
-        places.extend((ws / item).resolve() for item in loaded.read_write)
-    return places
-
-
-def _inside(path: Path, places: Sequence[Path]) -> bool:
-    return any(path == place or place in path.parents for place in places)
+    return writable_places(workspace.expanduser(), loaded, roots) if loaded is not None else roots
 
 
 @dataclass
@@ -87,10 +77,10 @@ class RecordingStage:
         final = Path(recordings_dir).expanduser() if recordings_dir is not None else default_recordings_root()
         final = final.absolute()
         places = _writable_places(workspace, profile, writable_roots)
-        if not _inside(final.resolve(), places):
+        if not inside(final, places):
             return None
         staging = Path(tempfile.mkdtemp(prefix="console-bridge-recording-"))
-        if _inside(staging.resolve(), places):  # $TMPDIR inside a writable place: use /tmp itself
+        if inside(staging, places):  # $TMPDIR inside a writable place: use /tmp itself
             staging.rmdir()
             staging = Path(tempfile.mkdtemp(prefix="console-bridge-recording-", dir="/tmp"))
         return cls(final, staging)
