@@ -212,10 +212,27 @@ def write_file(
             os.close(fd)
 
 
+def _open_locked_dir(parent: int, name: str) -> int:
+    """Open a folder the code made unreadable (mode 0): chmod it to 0o700 through an ``O_PATH`` handle of the
+    folder itself (never a symlink: ``O_NOFOLLOW | O_DIRECTORY``), then open it."""
+    o_path = getattr(os, "O_PATH", 0)
+    if not o_path or not os.path.isdir("/proc/self/fd"):
+        raise PermissionError(errno.EACCES, "folder is not readable and cannot be unlocked here", name)
+    handle = os.open(name, o_path | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=parent)
+    try:
+        os.chmod(f"/proc/self/fd/{handle}", 0o700)
+    finally:
+        os.close(handle)
+    return os.open(name, _DIR_FLAGS, dir_fd=parent)
+
+
 def remove_entry(parent: int, name: str) -> None:
     """Remove ``name`` under the folder descriptor ``parent``: a folder as a tree, anything else as itself."""
     try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except PermissionError:
+            fd = _open_locked_dir(parent, name)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink (even to a folder) or a file: unlink the entry
             os.unlink(name, dir_fd=parent)

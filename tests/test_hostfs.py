@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
@@ -236,3 +238,52 @@ def test_forged_recording_links_are_never_followed(tmp_path: Path, outside: Path
     assert recs.prune(keep_last=0) == [rec]
     assert not (sessions / run_id).exists() and (sessions / linked_id).is_symlink()
     assert snapshot(outside) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(), reason="needs root to become nobody")
+def test_remove_tree_unlocks_folders_the_code_made_unreadable(tmp_path: Path) -> None:
+    """As an ordinary user (root bypasses permissions): mode-0 folders are unlocked through their own handle."""
+    package = Path(__file__).resolve().parents[1] / "console_bridge"
+    scratch = Path(tempfile.mkdtemp(prefix="hostfs-nobody-"))
+    try:
+        (scratch / "console_bridge").mkdir()
+        (scratch / "console_bridge" / "__init__.py").write_text("")
+        for name in ("_errors.py", "_hostfs.py"):
+            shutil.copy(package / name, scratch / "console_bridge" / name)
+        script = (
+            "import os, sys\n"
+            "from console_bridge._hostfs import remove_tree\n"
+            "base = sys.argv[1]\n"
+            "os.makedirs(os.path.join(base, 'victim', 'locked', 'inner'))\n"
+            "open(os.path.join(base, 'victim', 'locked', 'inner', 'f'), 'w').write('x')\n"
+            "os.mkdir(os.path.join(base, 'outside'))\n"
+            "os.chmod(os.path.join(base, 'outside'), 0o750)\n"
+            "os.symlink(os.path.join(base, 'outside'), os.path.join(base, 'victim', 'locked', 'link'))\n"
+            "os.chmod(os.path.join(base, 'victim', 'locked', 'inner'), 0)\n"
+            "os.chmod(os.path.join(base, 'victim', 'locked'), 0)\n"
+            "remove_tree(base, 'victim')\n"
+            "print(sorted(os.listdir(base)), oct(os.stat(os.path.join(base, 'outside')).st_mode & 0o777))\n"
+        )
+        work = scratch / "work"
+        work.mkdir()
+        for path in (scratch, work, *scratch.joinpath("console_bridge").iterdir(), scratch / "console_bridge"):
+            os.chown(path, 65534, 65534)
+
+        def drop() -> None:
+            os.setgid(65534)
+            os.setuid(65534)
+
+        proc = subprocess.run(
+            ["/usr/bin/python3", "-c", script, str(work)],
+            cwd=scratch,
+            env={"PYTHONPATH": str(scratch), "PATH": "/usr/bin:/bin"},
+            preexec_fn=drop,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "['outside'] 0o750"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
