@@ -32,6 +32,7 @@ _CELL_TAG = "[cell] "
 _VSO = "##vso["
 _AZURE_LINE = "##["
 _INVISIBLE = ("Cc", "Cf", "Zs", "Zl", "Zp")
+_MAX_HELD = 4096  # characters of a line start held back at most (then shown, tagged if it imitates a status line)
 
 
 def _code(match: re.Match[str]) -> str:
@@ -108,7 +109,7 @@ class CellOutput:
 
     def _hold_back(self, partial: str) -> int:
         """How many trailing characters of an unfinished line to keep until more arrives."""
-        if self._line_start:
+        if self._line_start and len(partial) <= _MAX_HELD:
             start = _visible_start(partial)
             markers = _OWN_MARKERS + ((_AZURE_LINE, _VSO) if self.azure else ())
             if any(marker.startswith(start) for marker in markers):

@@ -83,6 +83,11 @@ def test_status_imitation_split_across_chunks_is_tagged() -> None:
     assert out.feed("\n[c") == "\n" and out.flush() == "[c"  # held back until it cannot be a status line
 
 
+def test_hold_back_is_bounded() -> None:
+    out = CellOutput(raw=False, environ={})
+    assert out.feed("[") == "" and out.feed(" " * 5000) == "[" + " " * 5000  # shown once it is long
+
+
 def test_github_fence_and_azure_escapes() -> None:
     out = CellOutput(raw=False, environ={"GITHUB_ACTIONS": "true", "TF_BUILD": "True"})
     assert re.fullmatch(r"::stop-commands::[0-9a-f]{32}\n", out.opening())
