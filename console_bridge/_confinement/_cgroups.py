@@ -25,6 +25,8 @@ from pathlib import Path
 __all__ = ["CGROUP_PREFIX", "SessionCgroups", "create_session_cgroups", "remove_group", "stale_groups"]
 
 CGROUP_PREFIX = "console-bridge-"
+#: Tasks the server and its sandbox helpers may use beyond a session's process limit (v1).
+PIDS_HEADROOM = 64
 _ENV_ROOT = "CONSOLE_BRIDGE_CGROUP_ROOT"
 _V1 = ("memory", "pids", "cpu")
 
@@ -86,6 +88,7 @@ class SessionCgroups:
     paths: list[Path] = field(default_factory=list)
     by_limit: dict[str, Path] = field(default_factory=dict)  # "memory" | "processes" | "cpu" -> group
     errors: dict[str, str] = field(default_factory=dict)  # limit -> why it has no group
+    cells: Path | None = None  # v1: the nested pids group the worker is moved into (see move_worker)
 
     def counters(self) -> dict[str, int]:
         """Counters that rise when a limit is hit: ``{"memory": oom kills, "processes": fork refusals}``."""
@@ -97,7 +100,20 @@ class SessionCgroups:
         pids = self.by_limit.get("processes")
         if pids is not None:
             out["processes"] = _read_key(pids / "pids.events", "max")
+            if self.cells is not None:
+                out["processes"] += _read_key(self.cells / "pids.events", "max")
         return out
+
+    def move_worker(self, pid: int) -> bool:
+        """Put the worker process (and so everything a cell starts) into the nested group that
+        holds the process limit, so the server and its relay keep headroom to report the hit."""
+        if self.cells is None:
+            return False
+        try:
+            (self.cells / "cgroup.procs").write_text(str(pid), encoding="ascii")
+        except OSError:
+            return False
+        return True
 
     def pids(self) -> set[int]:
         found: set[int] = set()
@@ -194,7 +210,14 @@ def create_session_cgroups(
                 with contextlib.suppress(OSError):  # swap accounting may be off
                     _write(group / "memory.memsw.limit_in_bytes", str(memory))
             elif limit == "processes":
-                _write(group / "pids.max", str(processes))
+                assert processes is not None
+                # The cell's processes live in a nested group capped at `processes`; the session's
+                # own helpers (server, relay) keep PIDS_HEADROOM more to report the hit and recover.
+                _write(group / "pids.max", str(processes + PIDS_HEADROOM))
+                cells = group / "cells"
+                cells.mkdir(exist_ok=True)
+                _write(cells / "pids.max", str(processes))
+                result.cells = cells
             else:
                 assert cpu is not None
                 _write(group / "cpu.cfs_period_us", "100000")
@@ -215,6 +238,10 @@ def create_session_cgroups(
 
 def remove_group(group: Path, *, kill: bool = True, attempts: int = 100) -> bool:
     """Kill what is left in ``group`` (only ever a session's own group) and remove it."""
+    with contextlib.suppress(OSError):
+        for child in group.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                remove_group(child, kill=kill, attempts=attempts)
     for _ in range(attempts):
         pids = _procs(group)
         if kill:

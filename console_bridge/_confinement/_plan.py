@@ -144,7 +144,12 @@ def supervisor_command(
     """``python -I -S _supervisor.py CONFIG`` for ``argv`` (the server, resolved to a path)."""
     config: dict[str, Any] = {"argv": argv, "cwd": cwd, "grace": grace, "cleanup": [str(p) for p in cleanup or []]}
     if confinement is not None:
-        config["cgroups"] = [str(path) for path in confinement.cgroups.paths]
+        groups = confinement.cgroups
+        nested = [groups.cells] if groups.cells is not None else []
+        # The supervisor joins the first path of each hierarchy; nested groups are listed first so
+        # that it removes them before their parents.
+        config["cgroups"] = [str(path) for path in groups.paths]
+        config["nested_cgroups"] = [str(path) for path in nested]
         config["rlimits"] = dict(confinement.rlimits)
         if confinement.tmpfs_size is not None and tmpdir is not None:
             config["tmpfs"] = {"path": str(tmpdir), "size": confinement.tmpfs_size}

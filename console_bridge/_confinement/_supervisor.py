@@ -97,6 +97,7 @@ class Supervisor:
         self.grace = float(config.get("grace", 3.0))
         self.cleanup = [str(path) for path in config.get("cleanup", [])]
         self.cgroups = [str(path) for path in config.get("cgroups", [])]
+        self.nested = [str(path) for path in config.get("nested_cgroups", [])]
         self.server_pid = 0
         self.server_status: int | None = None
         self.stdin_w: int | None = None
@@ -174,7 +175,7 @@ class Supervisor:
         self.close_stdin()
         for _ in range(200):
             pids = _descendants()
-            for group in self.cgroups:
+            for group in self.nested + self.cgroups:
                 with contextlib.suppress(OSError, ValueError), open(os.path.join(group, "cgroup.procs")) as handle:
                     pids.extend(int(line) for line in handle.read().split() if int(line) != os.getpid())
             if not pids:
@@ -266,7 +267,7 @@ class Supervisor:
                 if not os.path.lexists(path):
                     break
                 time.sleep(0.01)
-        for group in self.cgroups:
+        for group in self.nested + self.cgroups:
             for _ in range(100):
                 try:
                     os.rmdir(group)

@@ -113,6 +113,14 @@ class Console(NotCopyable):
         self._check()
         return self._portal.call(self._async.restart)
 
+    def put_file(self, name: str, data: bytes) -> str:
+        self._check()
+        return self._portal.call(self._async.put_file, name, data)
+
+    def get_file(self, name: str, *, max_bytes: int = 100_000_000) -> bytes:
+        self._check()
+        return self._portal.call(lambda: self._async.get_file(name, max_bytes=max_bytes))
+
     def tools(self) -> list[ToolHandle]:
         self._check()
         return [self._portal.blocking_handle(h) for h in self._async.tools()]

@@ -55,6 +55,7 @@ class SessionConfinement:
         self.deny: list[str] = []
         self._canaries: list[Path] = []
         self._counters: dict[str, int] = {}
+        self._worker: psutil.Process | None = None
 
     # ------------------------------------------------------------------ start
     def prepare(self, *, owner: str, profile: str, recording_base: Path) -> Supervision:
@@ -160,8 +161,33 @@ class SessionConfinement:
         return self.confinement.report_dict() if self.confinement is not None else {}
 
     def mark(self) -> None:
-        """Remember the limit counters before a cell."""
+        """Before a cell: remember the limit counters; put a new worker under the process limit."""
         self._counters = self._read_counters()
+        if self.confinement is not None and self.confinement.cgroups.cells is not None:
+            self._place_worker()
+
+    def _place_worker(self) -> None:
+        """Move the (new) worker process into the nested process-limit group (one stat per cell
+        while the worker lives; a walk of the session's tree only when it changed)."""
+        worker = self._worker
+        if worker is not None:
+            with contextlib.suppress(psutil.Error):
+                if worker.is_running():
+                    return
+        self._worker = None
+        if self.entry is None or self.entry.supervisor_pid is None or self.confinement is None:
+            return
+        try:
+            tree = psutil.Process(self.entry.supervisor_pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                argv = proc.cmdline()
+                if len(argv) > 1 and argv[1] == "worker" and os.path.basename(argv[0]) == "mcp-console":
+                    if self.confinement.cgroups.move_worker(proc.pid):
+                        self._worker = proc
+                    return
 
     def _read_counters(self) -> dict[str, int]:
         return self.confinement.cgroups.counters() if self.confinement is not None else {}
@@ -262,7 +288,8 @@ class SessionConfinement:
 
         fd, _ = self._data_dir()
         try:
-            return read_file(fd, name, max_bytes)
+            data = read_file(fd, name, max_bytes)
+            return data
         finally:
             os.close(fd)
 

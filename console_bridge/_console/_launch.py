@@ -3,11 +3,13 @@ roots that cannot widen the sandbox, no project config unless opted in, the work
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,6 +57,14 @@ _REFUSED_HINT = {
 }
 
 
+def _shared_temp_dirs() -> set[Path]:
+    """Temporary folders every user shares: ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``$TMPDIR``'s folder."""
+    found = {Path("/tmp"), Path("/dev/shm"), *(Path(s) for s in SCRATCH_DIRS)}
+    with contextlib.suppress(OSError, RuntimeError):
+        found.add(Path(tempfile.gettempdir()).resolve())
+    return found
+
+
 def _bad_text(value: str) -> bool:
     return any(ch in value for ch in "\x00\n\r")
 
@@ -90,7 +100,7 @@ def validate_root(raw: str | os.PathLike[str], *, what: str = "writable root") -
                 f"{what} {text!r} resolves to {str(resolved)!r}, inside the system folder {system}; "
                 "grant a specific project folder instead"
             )
-    if resolved == Path("/tmp") or str(resolved) in SCRATCH_DIRS:
+    if resolved in _shared_temp_dirs():
         raise LaunchRefused(
             f"{what} {text!r} is the shared temporary folder {str(resolved)!r}; grant a folder inside it instead"
         )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import errno
 import json
 import os
 import re
-import shutil
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +18,7 @@ import platformdirs
 import psutil
 
 from console_bridge._errors import BridgeError, NotAllowed
+from console_bridge._hostfs import open_dir, open_file, remove_tree, walk_tree
 
 __all__ = ["Recording", "Recordings", "default_recordings_root", "find_recording"]
 
@@ -75,10 +76,18 @@ class Recording:
         if self.layout == "0.0.5":
             # 0.0.5 writes no end marker: its recording is complete once its server is gone.
             return not self._server_running()
+        try:  # the tail only, never through a symlink (a forged recording may point anywhere)
+            fd = open_file(self.path, transcript.name)
+        except (OSError, BridgeError):
+            return False
         try:
-            return transcript.read_text(encoding="utf-8", errors="replace").rstrip().endswith(FINISHED)
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, 4096, max(0, size - 4096))
         except OSError:
             return False
+        finally:
+            os.close(fd)
+        return tail.decode("utf-8", errors="replace").rstrip().endswith(FINISHED)
 
     def _server_running(self) -> bool:
         pid = self.pid
@@ -111,7 +120,11 @@ class Recording:
         for name in _EVENTS:
             candidate = self.path / name
             if candidate.is_file():
-                with open(candidate, encoding="utf-8", errors="replace") as handle:
+                try:  # never through a symlink
+                    fd = open_file(self.path, name)
+                except (OSError, BridgeError):
+                    return
+                with open(fd, encoding="utf-8", errors="replace") as handle:
                     for line in handle:
                         if line.strip():
                             try:
@@ -132,17 +145,42 @@ def find_recording(base: Path, pid: int) -> Recording | None:
     return Recording(matches[-1].name, matches[-1]) if matches else None
 
 
-def _remove(path: Path) -> None:
-    def make_writable(func: Any, target: str, _exc: Any) -> None:
-        os.chmod(os.path.dirname(target), 0o700)
-        os.chmod(target, 0o700)
-        func(target)
+def _remove(root: Path, run_id: str) -> None:
+    """Delete ``root/sessions/run_id`` without following any symlink in it (a cell may have planted some)."""
+    remove_tree(root, f"sessions/{run_id}")
 
-    for root, dirs, _files in os.walk(path):
-        for name in dirs:
-            os.chmod(os.path.join(root, name), 0o700)
-    os.chmod(path, 0o700)
-    shutil.rmtree(path, onerror=make_writable)
+
+def _tar_tree(root: Path, run_id: str, target: Path) -> None:
+    """Write ``root/sessions/run_id`` as ``target`` (.tar.gz): folders and regular files only, never through a
+    symlink; the archive itself is never written through a symlink either."""
+    parent = open_dir(target.parent)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(target.name, flags, 0o644, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotAllowed(
+                    f"the export target {str(target)!r} is a symlink; nothing was written through it. Remove it "
+                    "or pick another file name"
+                ) from None
+            raise
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as archive:
+        top = tarfile.TarInfo(run_id)
+        top.type, top.mode = tarfile.DIRTYPE, 0o755
+        archive.addfile(top)
+        for entry in walk_tree(root, f"sessions/{run_id}"):
+            info = tarfile.TarInfo(f"{run_id}/{entry.name}")
+            info.mtime = int(entry.info.st_mtime)
+            if entry.is_dir:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                archive.addfile(info)
+                continue
+            info.size, info.mode = entry.info.st_size, 0o644
+            with open(entry.fd, "rb", closefd=False) as handle:
+                archive.addfile(info, handle)
 
 
 class Recordings:
@@ -167,13 +205,22 @@ class Recordings:
         sessions = self.root / "sessions"
         if not sessions.is_dir():
             return []
-        found = [Recording(p.name, p) for p in sessions.iterdir() if p.is_dir() and _RUN_ID.match(p.name)]
+        found = [
+            Recording(p.name, p)
+            for p in sessions.iterdir()
+            if _RUN_ID.match(p.name) and p.is_dir() and not p.is_symlink()  # a symlink is no recording
+        ]
         return sorted(found, key=lambda rec: rec.run_id, reverse=True)
 
     def get(self, run_id: str) -> Recording:
         if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
             raise NotAllowed(f"{run_id!r} is not a recording run-id (like 20261129T181911.868300580Z-0000007855)")
         path = self.root / "sessions" / run_id
+        if path.is_symlink():
+            raise NotAllowed(
+                f"{str(path)!r} is a symlink, not a recording (code that could write the recordings folder may have "
+                "planted it); remove the link by hand and keep recordings where sandboxed code cannot write"
+            )
         if not path.is_dir():
             raise BridgeError(f"no recording {run_id!r} under {str(self.root)!r}; see Recordings().list()")
         return Recording(run_id, path)
@@ -183,7 +230,7 @@ class Recordings:
         recording = self.get(run_id)
         if recording.live:
             raise NotAllowed(f"recording {run_id!r} is live (its server pid {recording.pid} runs); close it first")
-        _remove(recording.path)
+        _remove(self.root, run_id)
         return recording
 
     def prune(
@@ -218,7 +265,7 @@ class Recordings:
         for rec in recordings:
             if rec.run_id in doomed and not rec.live:
                 if not dry_run:
-                    _remove(rec.path)
+                    _remove(self.root, rec.run_id)
                 removed.append(rec)
         return removed
 
@@ -236,6 +283,5 @@ class Recordings:
             target.mkdir(parents=True, exist_ok=True)
             target = target / f"{run_id}.tar.gz"
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(target, "w:gz") as archive:
-            archive.add(recording.path, arcname=run_id)
+        _tar_tree(self.root, recording.run_id, target)
         return target

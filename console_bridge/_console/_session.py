@@ -31,6 +31,7 @@ from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._version import Binary, check_binary, resolve_command
+from console_bridge._console._workspace import vet_recordings, vet_workspace
 from console_bridge._errors import (
     ApprovalDenied,
     Busy,
@@ -184,6 +185,7 @@ class AsyncConsole(NotCopyable):
         if policy is not None and not isinstance(policy, Policy):
             raise LaunchRefused("policy must be a console_bridge.Policy or None")
         self._profile: Profile = load_profile(profile)
+        vet_workspace(self.workspace, self._profile)
         if limits is not None and not isinstance(limits, Limits):
             raise LaunchRefused("limits must be a console_bridge.Limits or None (None takes the profile's limits)")
         self.limits = limits if limits is not None else self._profile.limits
@@ -217,6 +219,7 @@ class AsyncConsole(NotCopyable):
         self.version_timeout = version_timeout
         self.shutdown_grace = shutdown_grace
         self.recordings_dir = Path(recordings_dir).expanduser().absolute() if recordings_dir is not None else None
+        vet_recordings(self.recordings_base, self.workspace, self._profile, self._roots)
         self.owner = owner if owner is not None else Owner("host")
         self.policy = policy if policy is not None else Policy(pin_schemas="on_change")
         check_project_config(self.workspace, project_config)
@@ -737,6 +740,31 @@ class AsyncConsole(NotCopyable):
         """Host-only: stop the worker and start a fresh one (in-memory state lost)."""
         self._host_only("restart()")
         return await self._call({"control": "restart", "timeout_ms": 5000})
+
+    # ------------------------------------------------------ files in and out
+    async def put_file(self, name: str, data: bytes) -> str:
+        """Write ``data`` to ``name`` in the session's private TMPDIR; return the path a cell opens.
+
+        ``name`` is relative without ``..``; nothing is followed through a symlink, nothing
+        existing is replaced. Raises :class:`NotAllowed` for a bad name or an existing file.
+        """
+        self._require("put_file")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise NotAllowed("put_file data must be bytes")
+        payload = bytes(data)
+        try:
+            return await anyio.to_thread.run_sync(lambda: self._confined.put_file(name, payload))
+        except OSError as exc:
+            raise NotAllowed(f"put_file({name!r}) failed: {exc.strerror or exc}; pick a new name") from None
+
+    async def get_file(self, name: str, *, max_bytes: int = 100_000_000) -> bytes:
+        """The bytes of ``name`` in the session's private TMPDIR (written by a cell), never through a
+        symlink; larger than ``max_bytes`` raises :class:`NotAllowed`."""
+        self._require("get_file")
+        try:
+            return await anyio.to_thread.run_sync(lambda: self._confined.get_file(name, max_bytes))
+        except OSError as exc:
+            raise NotAllowed(f"get_file({name!r}) failed: {exc.strerror or exc}; check the name") from None
 
     # ------------------------------------------------------- the model's tool
     def tools(self) -> list[ToolHandle]:

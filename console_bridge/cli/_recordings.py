@@ -13,11 +13,13 @@ import click
 
 from console_bridge._console._recordings import Recording, Recordings, default_recordings_root
 from console_bridge._errors import BridgeError
+from console_bridge._hostfs import read_file, walk_tree
 from console_bridge.cli._common import ByteSize, Duration, error_text, fail, human_size, iso, table
 
 __all__ = ["recordings_group"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+_TRANSCRIPT_CAP = 256 * 1024 * 1024  # bytes of transcript `show --transcript` prints at most
 
 
 def _state(rec: Recording) -> str:
@@ -40,7 +42,7 @@ def _as_dict(rec: Recording, *, detail: bool = False) -> dict[str, Any]:
         transcript = rec.transcript
         data["transcript"] = str(transcript) if transcript else None
         data["events"] = sum(1 for _event in rec.events())
-        data["files"] = sum(1 for path in rec.path.rglob("*") if path.is_file())
+        data["files"] = sum(1 for entry in walk_tree(rec.path.parent, rec.run_id) if not entry.is_dir)
     return data
 
 
@@ -149,7 +151,11 @@ def show_recording(ctx: click.Context, run_id: str, root: Path | None, transcrip
     width = max(len(key) for key in data) + 1
     click.echo("\n".join(f"{(key + ':').ljust(width)} {value}" for key, value in data.items()))
     if transcript and rec.transcript is not None:
-        click.echo("\n" + rec.transcript.read_text(encoding="utf-8", errors="replace"), nl=False)
+        try:  # never through a symlink: a forged recording could point its transcript at a host secret
+            text = read_file(rec.path, rec.transcript.name, _TRANSCRIPT_CAP).decode("utf-8", errors="replace")
+        except (BridgeError, OSError) as exc:
+            fail(f"cannot show the transcript of {rec.run_id}: {_message(exc)}")
+        click.echo("\n" + text, nl=False)
 
 
 @recordings_group.command(

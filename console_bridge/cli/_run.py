@@ -7,7 +7,6 @@ import datetime as dt
 import json
 import mimetypes
 import os
-import re
 import shutil
 import sys
 import time
@@ -24,13 +23,13 @@ from console_bridge._console._sandbox import SandboxPolicy
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import BridgeError, CellTimeout
 from console_bridge._results import CellResult, Image
+from console_bridge.cli import _artifacts as artifacts
 from console_bridge.cli._common import PREFIX, ExitCode, error_text, exit_code_for, human_size, iso
 from console_bridge.cli._detect import chunk_output, code_error, language_for
+from console_bridge.cli._output import CellOutput, escape_controls
 
 __all__ = ["run_command"]
 
-_IMAGE_NAME = re.compile(r"^image-\d{3,}\.[A-Za-z0-9]+$")
-_OWN_FILES = ("output.txt", "report.json")
 _TICK = 0.2  # seconds between redraws of the TTY status line
 _STARTUP_TIMEOUT = 60.0  # seconds, the library's default, capped by --timeout
 
@@ -107,9 +106,10 @@ def load_sources(files: tuple[str, ...], language: str | None) -> list[Source]:
 class Terminal:
     """Streams the code's output to stdout and, on a TTY, a live status line to stderr."""
 
-    def __init__(self, *, stream: bool, quiet: bool) -> None:
+    def __init__(self, *, stream: bool, quiet: bool, raw: bool = False) -> None:
         self.stream = stream
         self.quiet = quiet
+        self.cell_output = CellOutput(raw=raw, environ=os.environ)
         self.decorate = not quiet and _isatty(sys.stderr)
         self._stdout_tty = _isatty(sys.stdout)
         self.captured: list[str] = []
@@ -121,6 +121,10 @@ class Terminal:
 
     # output of the code
     def write(self, text: str) -> None:
+        """Show the code's output, made inert (cli/_output.py) unless --raw."""
+        self._show(self.cell_output.feed(text))
+
+    def _show(self, text: str) -> None:
         if not text:
             return
         self.captured.append(text)
@@ -128,7 +132,7 @@ class Terminal:
             return
         self.clear()
         try:
-            sys.stdout.write(text)
+            sys.stdout.write(self.cell_output.opening() + text)
             sys.stdout.flush()
         except BrokenPipeError:
             self._stdout_ok = False
@@ -137,8 +141,17 @@ class Terminal:
 
     def end_file(self) -> None:
         """Start the next file's output on a line of its own."""
+        self._show(self.cell_output.flush())
         if self.captured and not self.captured[-1].endswith("\n"):
             self.write("\n")
+
+    def end_output(self) -> None:
+        """After the last file: close the GitHub Actions fence, if one was opened."""
+        closing = self.cell_output.closing()
+        if closing and self._stdout_ok:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.write(closing)
+                sys.stdout.flush()
 
     # the status line
     def set_label(self, label: str | None) -> None:
@@ -166,11 +179,14 @@ class Terminal:
     def info(self, message: str) -> None:
         if not self.quiet:
             self.clear()
-            self._stderr(f"[{PREFIX}] {message}\n")
+            self._stderr(f"[{PREFIX}] {self._inert(message)}\n")
 
     def error(self, message: str) -> None:
         self.clear()
-        self._stderr(f"{PREFIX}: {message}\n")
+        self._stderr(f"{PREFIX}: {self._inert(message)}\n")
+
+    def _inert(self, message: str) -> str:
+        return message if self.cell_output.raw else escape_controls(message)
 
     def _stderr(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -207,6 +223,7 @@ class Options:
     python: str | None
     recordings_dir: str | None
     command: str | None
+    raw: bool = False
 
 
 @dataclass
@@ -430,68 +447,17 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
 
 
 # ---------------------------------------------------------------- artifacts
-def _write_new(path: Path, data: bytes) -> None:
-    """Create ``path`` (never through a symlink, never over an existing file)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-
-
-def _remove_tree(path: Path) -> None:
-    if path.is_symlink() or not path.is_dir():
-        path.unlink()
-        return
-    for root, dirs, _files in os.walk(path):
-        for name in dirs:
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(root, name), 0o755)
-    shutil.rmtree(path)
-
-
-def _copy_recording(source: Path, target: Path) -> None:
-    """Copy a recording as ordinary user files (the originals are read-only once finalized)."""
-    target.mkdir()
-    for root, dirs, files in os.walk(source):
-        rel = Path(root).relative_to(source)
-        for name in dirs:
-            if not (Path(root) / name).is_symlink():
-                (target / rel / name).mkdir()
-        for name in files:
-            src = Path(root) / name
-            if src.is_symlink() or not src.is_file():
-                continue
-            _write_new(target / rel / name, src.read_bytes())
-
-
 def write_artifacts(dest: Path, expected_real: str, state: RunState, term: Terminal, opts: Options) -> None:
-    """Write output.txt, the images, a copy of the recording and report.json into ``dest``."""
-    if os.path.realpath(dest) != expected_real:
-        raise OSError(
-            f"the artifacts folder {str(dest)!r} now resolves to {os.path.realpath(dest)!r}, not "
-            f"{expected_real!r} as before the run (did the code replace it?); nothing was written"
-        )
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in list(dest.iterdir()):
-        if entry.name in _OWN_FILES or _IMAGE_NAME.match(entry.name):
-            entry.unlink()
-        elif entry.name == "recording":
-            _remove_tree(entry)
-    _write_new(dest / "output.txt", "".join(term.captured).encode("utf-8"))
-    for name, image in state.images:
-        _write_new(dest / name, image.data)
-    copied = False
-    if state.recording is not None:
-        _copy_recording(Path(state.recording["path"]), dest / "recording")
-        copied = True
-    report = state.report(opts, with_output=False)
-    report["artifacts"] = {
-        "dir": str(dest.absolute()),
-        "output": "output.txt",
-        "images": [name for name, _image in state.images],
-        "recording": "recording" if copied else None,
-    }
-    _write_new(dest / "report.json", (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+    """Write output.txt, the images, a copy of the recording and report.json into ``dest`` (cli/_artifacts.py)."""
+    recording = Path(state.recording["path"]) if state.recording is not None else None
+    artifacts.write_artifacts(
+        dest,
+        expected_real,
+        output="".join(term.captured),
+        images=state.images,
+        recording=recording,
+        report=state.report(opts, with_output=False),
+    )
 
 
 def _artifacts_target(path: Path) -> str:
@@ -505,41 +471,58 @@ def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
     sources = load_sources(files, language)
     expected_real = _artifacts_target(opts.artifacts) if opts.artifacts is not None else ""
     state = RunState(files=[FileRun(source) for source in sources])
-    term = Terminal(stream=not opts.json_output, quiet=opts.quiet)
+    term = Terminal(stream=not opts.json_output, quiet=opts.quiet, raw=opts.raw)
+    refused = artifacts.check_workspace(opts.workspace, opts.profile)
+    stage = None
+    if refused is not None:  # nothing is started and nothing is written (no artifacts, no recording)
+        state.fail(ExitCode.LAUNCH, error_text(refused))
+    else:
+        stage = artifacts.RecordingStage.plan(opts.workspace, opts.profile, opts.writable_roots, opts.recordings_dir)
+        if stage is not None:  # the code could write the requested folder: record privately, copy after
+            opts.recordings_dir = str(stage.staging)
     try:
-        anyio.run(_session, opts, state, term)
+        if refused is None:
+            anyio.run(_session, opts, state, term)
     except KeyboardInterrupt:
         term.clear()
         for run in state.files:
             if run.status == "not run" and run.elapsed is not None:
                 run.status = "interrupted"
         state.fail(ExitCode.INTERRUPTED, "interrupted (Ctrl-C); the session was closed")
+    term.end_output()
     state.ended_at = dt.datetime.now(dt.UTC)
     console = state.console
     recording = console.recording if console is not None else None
+    if stage is not None:
+        try:
+            recording = stage.publish(recording)
+            stage.cleanup()
+        except (OSError, BridgeError) as exc:
+            state.fail(
+                ExitCode.CODE_ERROR,
+                f"could not copy the recording into {str(stage.final_root)!r} ({exc}); it stays in "
+                f"{str(stage.staging)!r}",
+            )
+            recording = None
     if recording is not None:
         state.recording = {
             "run_id": recording.run_id,
             "path": str(recording.path),
             "finalized": recording.finalized,
         }
-    if opts.artifacts is not None:
+    if opts.artifacts is not None and refused is None:
         try:
             write_artifacts(opts.artifacts, expected_real, state, term, opts)
-        except OSError as exc:
+        except (OSError, BridgeError) as exc:
             state.fail(ExitCode.CODE_ERROR, f"could not write the artifacts to {str(opts.artifacts)!r}: {exc}")
-            if opts.artifacts.is_dir():  # keep the report consistent with the exit status
-                with contextlib.suppress(OSError):
-                    (opts.artifacts / "report.json").unlink(missing_ok=True)
-                    _write_new(
-                        opts.artifacts / "report.json",
-                        (json.dumps(state.report(opts, with_output=False), indent=2) + "\n").encode("utf-8"),
-                    )
+            # keep the report consistent with the exit status (never through a planted symlink)
+            artifacts.rewrite_report(opts.artifacts, expected_real, state.report(opts, with_output=False))
     if opts.json_output:
         document = state.report(opts, with_output=True)
         document["artifacts"] = str(opts.artifacts.absolute()) if opts.artifacts is not None else None
         with contextlib.suppress(BrokenPipeError):
-            sys.stdout.write(json.dumps(document, indent=2) + "\n")
+            # ensure_ascii escapes every control but DEL; \u007f is the same JSON, and inert on a terminal
+            sys.stdout.write(json.dumps(document, indent=2).replace("\x7f", "\\u007f") + "\n")
             sys.stdout.flush()
     if opts.debug and state.debug_trace:
         term.clear()
@@ -567,6 +550,24 @@ second. The language comes from the extension (.py, .R/.r, .sql) or
 --language. The session is verified before any code runs: a qualified
 mcp-console, the sandbox of --profile exactly as advertised, no project config.
 Output streams as it arrives; the run stops at the first file that fails.
+
+\b
+The code's output is shown, never obeyed: control characters other than
+newline and tab, and bidi controls, are escaped visibly (\\x07, \\u202e); a
+line imitating this command's own status lines gets "[cell] " in front;
+under GitHub Actions (GITHUB_ACTIONS=true) the output is fenced with
+::stop-commands::TOKEN so workflow commands in it are inert; under Azure
+Pipelines (TF_BUILD=True) ##vso[ and ##[ are escaped. --raw turns this off.
+Status lines go to stderr, the code's output to stdout.
+
+\b
+--artifacts and --recordings-dir may lie where the code can write (the
+workspace under --profile workspace, a --writable-root): they are written
+only after the session has stopped, never through a symlink the code
+planted. The recording is then kept in a private folder during the run and
+copied there afterwards. Under --profile workspace the workspace must be a
+project folder: /, home, their ancestors, system and shared temp folders
+are refused (exit 3, nothing written).
 
 \b
 Exit status:
@@ -635,7 +636,7 @@ Examples:
     metavar="DIR",
     help=(
         "Write output.txt, image-NNN.png, report.json and a copy of the recording here "
-        "(written by the CLI on the host after the session)."
+        "(written by the CLI on the host after the session has stopped, never through a symlink)."
     ),
 )
 @click.option(
@@ -656,7 +657,15 @@ Examples:
     "--recordings-dir",
     type=click.Path(file_okay=False),
     metavar="DIR",
-    help="Where the session's recording goes (default: the user data folder, as `console-bridge recordings` uses).",
+    help=(
+        "Where the session's recording goes (default: the user data folder, as `console-bridge recordings` uses). "
+        "A folder the code can write is filled only after the session has stopped."
+    ),
+)
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Write the code's output exactly as it came (no escaping of control characters, no CI fencing).",
 )
 @click.option(
     "--command",
@@ -678,5 +687,6 @@ def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | N
         python=options["python"],
         recordings_dir=options["recordings_dir"],
         command=options["command"],
+        raw=options["raw"],
     )
     ctx.exit(execute(opts, files, language.lower() if language else None))

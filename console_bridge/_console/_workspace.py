@@ -1,0 +1,69 @@
+"""Which folders may be a session's workspace: under a profile that lets code write the workspace, only a
+folder that would also be accepted as a writable root (never ``/``, home, their ancestors, system folders
+or a shared temporary folder itself)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from console_bridge._console._launch import validate_root
+from console_bridge._console._profiles import Profile
+from console_bridge._console._sandbox import WORKSPACE
+from console_bridge._errors import LaunchRefused
+
+__all__ = ["inside", "vet_recordings", "vet_workspace", "writable_places"]
+
+HINT = (
+    "Run from a folder made for the project, e.g. `mkdir ~/my-analysis && cd ~/my-analysis` "
+    "(or pass --workspace DIR / workspace=DIR), or use the read-only profile, which writes nothing there."
+)
+
+
+def vet_workspace(workspace: Path, profile: Profile) -> None:
+    """Refuse ``workspace`` when ``profile`` makes it writable and it is a place no writable root may be.
+
+    Under read-only profiles any existing folder may be the workspace.
+    """
+    if WORKSPACE not in profile.expects_writable and not profile.read_write:
+        return
+    try:
+        validate_root(workspace, what="workspace")
+    except LaunchRefused as exc:
+        reason = exc.message.split("; grant ")[0]
+        raise LaunchRefused(
+            f"{reason}; profile {profile.name!r} lets the code write to the workspace, so it must not be a "
+            f"shared or system folder. {HINT}",
+            details={"workspace": str(workspace), "profile": profile.name},
+        ) from None
+
+
+def writable_places(workspace: Path, profile: Profile, roots: Sequence[Path]) -> list[Path]:
+    """The host folders a session's code may write (besides its private TMPDIR), resolved."""
+    places = [Path(root).resolve() for root in roots]
+    ws = workspace.resolve()
+    if WORKSPACE in profile.expects_writable:
+        places.append(ws)
+    places.extend((ws / item).resolve() for item in profile.read_write)
+    return places
+
+
+def inside(path: Path, places: Sequence[Path]) -> bool:
+    """``path`` (resolved here) is one of ``places`` or lies inside one."""
+    resolved = path.resolve()
+    return any(resolved == place or place in resolved.parents for place in places)
+
+
+def vet_recordings(base: Path, workspace: Path, profile: Profile, roots: Sequence[Path]) -> None:
+    """Refuse a recordings folder the session's own code could write while the server records into it."""
+    if base == workspace / ".agents" / "console":  # kept read-only inside the workspace by both versions
+        return
+    places = writable_places(workspace, profile, roots)
+    if inside(base, places):
+        raise LaunchRefused(
+            f"the recordings folder {str(base)!r} lies where the code may write under profile {profile.name!r} "
+            "(the workspace or a writable root): a cell could tamper with the live recording or plant symlinks "
+            "in it. Pass recordings_dir= a folder outside the workspace and the writable roots; "
+            "`console-bridge run` does this for you (it records privately and copies the recording afterwards).",
+            details={"recordings_dir": str(base), "profile": profile.name},
+        )

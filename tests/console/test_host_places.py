@@ -1,0 +1,41 @@
+"""Which host folders a session accepts for its workspace and recordings (constructing starts nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from console_bridge import AsyncConsole, LaunchRefused
+
+
+def test_workspace_profile_refuses_shared_system_and_home_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home" / "me"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for where in ("/", "/tmp", "/var/tmp", "/dev/shm", "/etc", "/usr/lib", str(home), str(home.parent)):
+        if not Path(where).is_dir():
+            continue
+        with pytest.raises(LaunchRefused, match=r"mkdir ~/my-analysis && cd ~/my-analysis") as caught:
+            AsyncConsole(where, profile="workspace")
+        assert "profile 'workspace' lets the code write to the workspace" in caught.value.message
+        AsyncConsole(where, profile="read-only")  # any existing folder is fine when nothing is written there
+    project = home / "my-analysis"
+    project.mkdir()
+    AsyncConsole(project, profile="workspace", recordings_dir=tmp_path / "recs")
+
+
+def test_recordings_dir_the_code_could_write_is_refused(tmp_path: Path) -> None:
+    ws, data = tmp_path / "ws", tmp_path / "data"
+    ws.mkdir()
+    data.mkdir()
+    with pytest.raises(LaunchRefused, match="tamper with the live recording"):
+        AsyncConsole(ws, profile="workspace", recordings_dir=ws / "recs")
+    with pytest.raises(LaunchRefused, match="console-bridge run"):
+        AsyncConsole(ws, writable_roots=[data], recordings_dir=data / "deep" / "recs")
+    AsyncConsole(ws, profile="read-only", recordings_dir=ws / "recs")  # read-only workspace: nothing can race it
+    AsyncConsole(ws, writable_roots=[data], recordings_dir=tmp_path / "recs")
+    (ws / ".agents" / "console").mkdir(parents=True)  # the server's own choice, read-only to the code
+    AsyncConsole(ws, profile="workspace", recordings_dir=ws / "recs")
