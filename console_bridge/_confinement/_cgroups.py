@@ -258,7 +258,7 @@ def remove_group(group: Path, *, kill: bool = True, attempts: int = 100) -> bool
     return False
 
 
-def stale_groups(session_ids_alive: set[str]) -> Iterator[Path]:
+def stale_groups(session_ids_alive: set[str], min_age: float = 60.0) -> Iterator[Path]:
     """This process's hierarchies' ``console-bridge-*`` child groups whose session is not alive."""
     root, own = _mount_root(), _own_groups()
     bases: set[Path] = set()
@@ -271,4 +271,7 @@ def stale_groups(session_ids_alive: set[str]) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             for child in base.iterdir():
                 if child.name.startswith(CGROUP_PREFIX) and child.name[len(CGROUP_PREFIX) :] not in session_ids_alive:
-                    yield child
+                    with contextlib.suppress(OSError):
+                        # a group being born (its supervisor not joined yet) is young: leave it
+                        if time.time() - child.stat().st_mtime > min_age:
+                            yield child

@@ -6,8 +6,9 @@ owns the server's process tree exactly:
 
 * it is the **child subreaper** (``PR_SET_CHILD_SUBREAPER``), so every descendant,
   ``setsid`` or double-forked, stays in its tree until it is reaped here;
-* it joins the session's cgroups and applies rlimits **before** starting the
-  server, so everything the server starts inherits them;
+* it applies rlimits and puts the server into the session's cgroups **before** the
+  server runs, so everything the server starts inherits them (the supervisor itself
+  stays in its own group, so it can remove the session's groups at the end);
 * with a ``tmpfs`` setting it enters a private mount namespace and mounts a
   size-capped tmpfs on the session's TMPDIR (invisible to every other session,
   gone with the namespace);
@@ -112,12 +113,6 @@ class Supervisor:
         _check(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != parent:  # the host died before the death signal was armed
             os._exit(SETUP_FAILED)
-        for group in self.cgroups:
-            try:
-                with open(os.path.join(group, "cgroup.procs"), "w", encoding="ascii") as handle:
-                    handle.write(str(os.getpid()))
-            except OSError as exc:
-                _fail(f"cannot join cgroup {group}: {exc.strerror}")
         for name, value in dict(self.config.get("rlimits", {})).items():
             soft = int(value)
             _, hard = resource.getrlimit(_RLIMITS[name])
@@ -144,6 +139,14 @@ class Supervisor:
         cwd = self.config.get("cwd")
         pid = os.fork()
         if pid == 0:  # the server
+            # Only the server joins the session's groups (and so everything it starts): the
+            # supervisor stays where it was born, so it can remove the groups at the end.
+            for group in self.cgroups:
+                try:
+                    with open(os.path.join(group, "cgroup.procs"), "w", encoding="ascii") as handle:
+                        handle.write(str(os.getpid()))
+                except OSError as exc:
+                    _fail(f"cannot join cgroup {group}: {exc.strerror}")
             try:
                 os.dup2(read_end, 0)
                 os.close(read_end)

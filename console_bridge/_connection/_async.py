@@ -482,7 +482,9 @@ class AsyncMcpConnection(NotCopyable):
                     try:
                         return await operation(session)
                     except MCPError as exc:
-                        if self._close_error is not None:
+                        if self._close_error is not None:  # the crash was seen first by the watcher
+                            with anyio.CancelScope(shield=True):
+                                await self._finish(None)
                             raise self._closed_error(what) from None
                         if exc.code == mcp_types.CONNECTION_CLOSED:
                             await self._settle_crash(what)

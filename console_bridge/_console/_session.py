@@ -35,6 +35,7 @@ from console_bridge._console._workspace import vet_recordings, vet_workspace
 from console_bridge._errors import (
     ApprovalDenied,
     Busy,
+    CallTimeout,
     CellTimeout,
     ConnectionClosed,
     DependenciesRefused,
@@ -435,10 +436,14 @@ class AsyncConsole(NotCopyable):
         workspace_writable = str(self.workspace) in writable or "workspace" in writable
         code = await anyio.to_thread.run_sync(lambda: self._confined.probe_cell(base, workspace_writable, language))
         conn = self._require("probe")
-        with anyio.fail_after(self.startup_timeout):
-            result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
-            while result.running:
-                result = await self._call({"timeout_ms": int(self.poll_window * 1000)})
+        result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+        if result.running:
+            raise CallTimeout(
+                f"the confinement probe did not finish within startup_timeout={self.startup_timeout:g}s; the "
+                "server was stopped before any user cell. Raise startup_timeout on a slow host.",
+                server=SERVER,
+                pid=conn.pid,
+            )
         self._probe_checked = self._confined.check_probe(result.text, server=SERVER, pid=conn.pid)
 
     async def _teardown(self, *, cancel: bool) -> None:

@@ -391,7 +391,9 @@ def test_signals_reach_nothing_outside_the_session() -> None:
     assert done.returncode == 0, done.stderr
 
 
-async def test_put_and_get_files_never_follow_a_planted_symlink(tmp_path: Path, workspace: Path, recordings: Path) -> None:
+async def test_put_and_get_files_never_follow_a_planted_symlink(
+    tmp_path: Path, workspace: Path, recordings: Path
+) -> None:
     from console_bridge import NotAllowed
 
     outside = tmp_path / "outside"

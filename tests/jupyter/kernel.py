@@ -145,6 +145,7 @@ def start_kernel(root: Path) -> Kernel:
             "JUPYTER_RUNTIME_DIR": str(root / "jupyter"),
             "JUPYTER_PLATFORM_DIRS": "1",
             "TMPDIR": str(root / "tmp"),
+            "CONSOLE_BRIDGE_STATE_DIR": str(root / "state"),
             "PYDEVD_DISABLE_FILE_VALIDATION": "1",
         }
     )

@@ -267,10 +267,11 @@ def test_kernel_shutdown_leaves_no_process_and_no_temp_folder(tmp_path: Path) ->
         pid = server_pid(kernel)
         tree = descendants(kernel.pid())
         assert pid in {p.pid for p in tree}
-        assert any(p.name.startswith("console-bridge-") for p in kernel.tmp.iterdir())
+        sessions = kernel.tmp.parent / "state" / "sessions"
+        assert len(list(sessions.iterdir())) == 1  # the session's private folder (TMPDIR inside)
     finally:
         kernel.shutdown()
     assert not kernel.km.is_alive()
     assert living(tree) == [], "a process started by the kernel's session outlived the kernel"
-    leftovers = sorted(p.name for p in kernel.tmp.iterdir() if p.name.startswith("console-bridge-"))
-    assert leftovers == [], "the session's private TMPDIR is still there: the session was not closed at exit"
+    leftovers = sorted(p.name for p in sessions.iterdir())
+    assert leftovers == [], "the session's private folder is still there: the session was not closed at exit"
