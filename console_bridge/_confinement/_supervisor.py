@@ -104,11 +104,12 @@ class Supervisor:
         self.stdin_w: int | None = None
         self.closing_at: float | None = None
         self.killing = False
+        self.parent = os.getppid()
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         libc = _libc()
-        parent = os.getppid()
+        parent = self.parent = os.getppid()
         _check(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
         _check(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != parent:  # the host died before the death signal was armed
@@ -231,6 +232,8 @@ class Supervisor:
                 if signum == signal.SIGUSR1:
                     self.kill_all()
                 elif signum != signal.SIGCHLD:  # TERM, INT, HUP, the parent's death: close cleanly
+                    if signum == signal.SIGTERM and os.getppid() == self.parent and self.stdin_w is not None:
+                        os.write(2, b"console-bridge supervisor: asked to close from outside (console-bridge kill)\n")
                     self.close_stdin()
             self.reap()
             if host_in is not None and host_in in ready:

@@ -163,12 +163,16 @@ class SessionConfinement:
     def mark(self) -> None:
         """Before a cell: remember the limit counters; put a new worker under the process limit."""
         self._counters = self._read_counters()
-        if self.confinement is not None and self.confinement.cgroups.cells is not None:
+        if self.confinement is not None and (
+            self.confinement.cgroups.cells is not None or "fsize" in self.confinement.rlimits
+        ):
             self._place_worker()
 
     def _place_worker(self) -> None:
-        """Move the (new) worker process into the nested process-limit group (one stat per cell
-        while the worker lives; a walk of the session's tree only when it changed)."""
+        """Adopt a (new) worker process: move it into the nested process-limit group, and lift
+        the recording's RLIMIT_FSIZE (meant for the server's raw logs) off it, so cells may
+        write large files to TMPDIR and the workspace. One stat per cell while the worker
+        lives; a walk of the session's tree only when it changed."""
         worker = self._worker
         if worker is not None:
             with contextlib.suppress(psutil.Error):
@@ -185,7 +189,10 @@ class SessionConfinement:
             with contextlib.suppress(psutil.Error):
                 argv = proc.cmdline()
                 if len(argv) > 1 and argv[1] == "worker" and os.path.basename(argv[0]) == "mcp-console":
-                    if self.confinement.cgroups.move_worker(proc.pid):
+                    if "fsize" in self.confinement.rlimits:
+                        _, hard = proc.rlimit(psutil.RLIMIT_FSIZE)
+                        proc.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
+                    if self.confinement.cgroups.cells is None or self.confinement.cgroups.move_worker(proc.pid):
                         self._worker = proc
                     return
 

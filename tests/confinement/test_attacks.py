@@ -425,3 +425,12 @@ async def test_put_and_get_files_never_follow_a_planted_symlink(
             await console.get_file("result.txt", max_bytes=1)
         assert sorted(os.listdir(outside)) == ["host-secret.txt"]
         await _works(console)
+
+
+async def test_the_recording_cap_does_not_cap_the_cells_own_files(workspace: Path, recordings: Path) -> None:
+    async with _console(workspace, limits=Limits(recording="8MiB"), recordings_dir=recordings) as console:
+        out = await console.run(
+            python="import os\np = os.path.join(os.environ['TMPDIR'], 'big')\n"
+            "open(p, 'wb').write(b'z' * (32 << 20))\nprint(os.path.getsize(p))"
+        )
+        assert str(32 << 20) in out.text, out.text

@@ -1,0 +1,101 @@
+"""``console-bridge ps`` and ``console-bridge kill``: every live session of this user, from any process."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import time
+from typing import Any
+
+import click
+
+from console_bridge._confinement._registry import SessionEntry, entries, sweep
+from console_bridge.cli._common import ExitCode, fail, table
+
+__all__ = ["kill_command", "ps_command"]
+
+
+def _live() -> list[SessionEntry]:
+    sweep()  # sessions whose host and supervisor died: their trees killed, folders and groups removed
+    return [item for item in entries() if isinstance(item, SessionEntry) and item.alive()]
+
+
+def _as_dict(entry: SessionEntry) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "owner": entry.owner,
+        "profile": entry.profile,
+        "workspace": entry.workspace,
+        "created": dt.datetime.fromtimestamp(entry.created, dt.timezone.utc).isoformat(timespec="seconds"),
+        "age_s": round(time.time() - entry.created, 1),
+        "host_pid": entry.host_pid,
+        "host_alive": entry.host_alive(),
+        "supervisor_pid": entry.supervisor_pid,
+        "recording": entry.recording,
+        "recordings_root": entry.recording_base,
+    }
+
+
+def _age(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+@click.command("ps")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of sessions instead of a table.")
+def ps_command(as_json: bool) -> None:
+    """List every live console session of this user (any process), after sweeping dead ones.
+
+    \b
+    Example:
+      console-bridge ps
+      console-bridge ps --json | jq '.[] | select(.owner == "agent-1") | .id'
+    """
+    sessions = [_as_dict(entry) for entry in _live()]
+    if as_json:
+        click.echo(json.dumps(sessions, indent=1))
+        return
+    if not sessions:
+        click.echo("no live console-bridge sessions")
+        return
+    rows = [
+        [s["id"], s["owner"], s["profile"], _age(s["age_s"]), str(s["host_pid"]), s["workspace"]] for s in sessions
+    ]
+    click.echo(table(["ID", "OWNER", "PROFILE", "AGE", "HOST PID", "WORKSPACE"], rows))
+
+
+@click.command("kill")
+@click.argument("ids", nargs=-1, required=True)
+@click.option("--force", is_flag=True, help="Kill the session's processes at once (the recording is not finalized).")
+@click.option(
+    "--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for each session to end."
+)
+def kill_command(ids: tuple[str, ...], force: bool, timeout: float) -> None:
+    """Stop sessions by ID (see `console-bridge ps`).
+
+    By default the session is closed cleanly through its supervisor: the server's stdin is
+    closed, so the recording is finalized, then the tree is stopped and its folders removed.
+    The process that owns the session sees it closed (ConnectionClosed).
+
+    \b
+    Example:
+      console-bridge kill 20261130T061501-1a2b3c4d
+    """
+    live = {entry.id: entry for entry in _live()}
+    unknown = [session_id for session_id in ids if session_id not in live]
+    if unknown:
+        fail(f"no live session with id {', '.join(unknown)}; `console-bridge ps` lists them", ExitCode.USAGE)
+    for session_id in ids:
+        entry = live[session_id]
+        sent = entry.signal_supervisor(signal.SIGUSR1 if force else signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while sent and entry.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if entry.alive():
+            fail(f"session {session_id} did not end within {timeout:g}s; retry with --force", ExitCode.TIMEOUT)
+        click.echo(f"{session_id}: {'killed' if force else 'closed'}", err=True)
