@@ -27,7 +27,7 @@ def _as_dict(entry: SessionEntry) -> dict[str, Any]:
         "owner": entry.owner,
         "profile": entry.profile,
         "workspace": entry.workspace,
-        "created": dt.datetime.fromtimestamp(entry.created, dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.fromtimestamp(entry.created, dt.UTC).isoformat(timespec="seconds"),
         "age_s": round(time.time() - entry.created, 1),
         "host_pid": entry.host_pid,
         "host_alive": entry.host_alive(),
