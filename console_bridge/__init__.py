@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from console_bridge._connection._blocking import McpConnection
     from console_bridge._console._blocking import Console
     from console_bridge._console._session import AsyncConsole, ConsoleStatus
+    from console_bridge._manager._async import AsyncSessionManager
+    from console_bridge._manager._blocking import SessionManager
+    from console_bridge._manager._info import LatencySummary, ManagerStats, SessionInfo
 
 __version__ = "0.1.0"
 
@@ -56,6 +59,11 @@ _LAZY = {
     "Console": "console_bridge._console._blocking",
     "AsyncConsole": "console_bridge._console._session",
     "ConsoleStatus": "console_bridge._console._session",
+    "AsyncSessionManager": "console_bridge._manager._async",
+    "SessionManager": "console_bridge._manager._blocking",
+    "SessionInfo": "console_bridge._manager._info",
+    "ManagerStats": "console_bridge._manager._info",
+    "LatencySummary": "console_bridge._manager._info",
 }
 
 
@@ -93,6 +101,7 @@ __all__ = [
     "ApprovalRequest",
     "AsyncConsole",
     "AsyncMcpConnection",
+    "AsyncSessionManager",
     "AuditLog",
     "BridgeError",
     "Busy",
@@ -107,6 +116,8 @@ __all__ = [
     "Desynchronized",
     "Image",
     "LaunchRefused",
+    "LatencySummary",
+    "ManagerStats",
     "McpConnection",
     "NotAllowed",
     "Owner",
@@ -117,6 +128,8 @@ __all__ = [
     "Recordings",
     "SandboxMismatch",
     "SchemaDrift",
+    "SessionInfo",
+    "SessionManager",
     "ServerError",
     "ToolHandle",
     "ToolResult",
