@@ -98,7 +98,8 @@ class AsyncSessionManager(NotCopyable):
     :class:`ConnectionClosed` saying why; None disables), ``check_interval`` (how often
     sessions are checked for culling and warm sessions for death), ``boot_timeout`` (the
     warm-up cell), ``retry_backoff``/``max_backoff`` (after a failed warm-up the pool
-    waits, doubling up to the maximum, before it tries again). ``console_options`` are
+    waits, doubling up to the maximum, before it tries again), ``refill_delay`` (a refill
+    waits this long so the claimer's first cell does not compete with the launch). ``console_options`` are
     everything :class:`AsyncConsole` takes except ``owner`` (given per claim).
     """
 
@@ -116,6 +117,7 @@ class AsyncSessionManager(NotCopyable):
         boot_timeout: float = 60.0,
         retry_backoff: float = 1.0,
         max_backoff: float = 60.0,
+        refill_delay: float = 0.05,
         latency_window: int = 1000,
         **console_options: Any,
     ) -> None:
@@ -143,6 +145,9 @@ class AsyncSessionManager(NotCopyable):
         self.boot_timeout = seconds("boot_timeout", boot_timeout) or 0.0
         self.retry_backoff = seconds("retry_backoff", retry_backoff) or 0.0
         self.max_backoff = seconds("max_backoff", max_backoff) or 0.0
+        if not isinstance(refill_delay, int | float) or isinstance(refill_delay, bool) or not 0 <= refill_delay < 60:
+            raise LaunchRefused(f"refill_delay must be a number of seconds in [0, 60), not {refill_delay!r}")
+        self.refill_delay = float(refill_delay)
         if "owner" in console_options:
             raise LaunchRefused("owner is given per claim (manager.session(owner=...)), not to the manager")
         self.workspace = workspace
@@ -157,7 +162,8 @@ class AsyncSessionManager(NotCopyable):
         self._entries: dict[str, _Entry] = {}
         self._ready: deque[_Entry] = deque()
         self._waiters: deque[_Waiter] = deque()
-        self._reserved = 0  # slots granted for cold starts, not yet turned into entries
+        self._reserved = 0  # slots granted for cold starts or warm-ups, not yet turned into entries
+        self._warm_reserved = 0  # of which warm-ups (their console is built in the warm-up task, off the claim)
         self._claims: Counter[Owner] = Counter()  # claims in flight, per owner
         self._ended: dict[str, str] = {}  # id -> why it ended (bounded)
         self._orphans: set[AsyncConsole] = set()  # dead sessions being killed, no longer holding a slot
@@ -478,7 +484,7 @@ class AsyncSessionManager(NotCopyable):
     def _refill(self) -> None:
         if self._state != "running" or self._tg is None:
             return
-        warming = sum(1 for e in self._entries.values() if e.state == "starting" and not e.cold)
+        warming = self._warm_reserved + sum(1 for e in self._entries.values() if e.state == "starting" and not e.cold)
         n = refill_count(
             target=self.warm,
             warm=len(self._ready) + warming,
@@ -488,10 +494,28 @@ class AsyncSessionManager(NotCopyable):
             backing_off=time.monotonic() < self._backoff_until,
         )
         for _ in range(n):
-            self._spawn("warm-up", self._warm_one, self._new_entry())
+            self._reserved += 1
+            self._warm_reserved += 1
+            self._spawn("warm-up", self._warm_one)
 
-    async def _warm_one(self, entry: _Entry) -> None:
+    async def _warm_one(self) -> None:
         """Start, verify and boot one session, then offer it to a waiting claim or the pool."""
+        # The slot was reserved by _refill; building the console (profile, checks) happens here,
+        # not in the claim that triggered the refill.
+        try:
+            # A claim triggered this refill: let its first cell run before the launch competes for CPU.
+            await anyio.sleep(self.refill_delay)
+        finally:
+            self._reserved -= 1
+            self._warm_reserved -= 1
+        try:
+            entry = self._new_entry()
+        except Exception as exc:
+            self._counts["failed"] += 1
+            self._last_failure = f"{type(exc).__name__}: {exc}"
+            self._backoff = min(self.max_backoff, max(self.retry_backoff, self._backoff * 2))
+            self._backoff_until = time.monotonic() + self._backoff
+            return
         try:
             await entry.console.start()
             await entry.console.run(python="1", timeout=self.boot_timeout)

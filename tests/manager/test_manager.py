@@ -205,8 +205,14 @@ async def test_closing_the_manager_fails_waiting_claims_and_closes_sessions(opti
         await mgr.open(owner=A)
 
 
-async def test_a_claim_cancelled_while_starting_leaks_nothing(options):
-    async with make(options, warm=0, max_sessions=1) as mgr:
+async def test_a_claim_cancelled_while_starting_leaks_nothing(options, tmp_path: Path):
+    # A server that takes 3 s to come up (a shim sleeps, then execs the real binary), so the
+    # cancellation surely lands while the claim is starting it.
+    slow = tmp_path / "slow" / "mcp-console"
+    slow.parent.mkdir()
+    slow.write_text(f'#!/bin/sh\nif [ "$1" = serve ]; then /bin/sleep 3; fi\nexec {options["command"]} "$@"\n')
+    slow.chmod(0o755)
+    async with make({**options, "command": slow}, warm=0, max_sessions=1, acquire_timeout=1) as mgr:
         with anyio.move_on_after(60) as scope:
             async with anyio.create_task_group() as tg:
 
@@ -215,12 +221,14 @@ async def test_a_claim_cancelled_while_starting_leaks_nothing(options):
 
                 tg.start_soon(claim)
                 await eventually(lambda: any(s.pid for s in mgr.sessions()), what="a server started")
-                pid = next(s.pid for s in mgr.sessions() if s.pid)
+                [info] = mgr.sessions()
+                assert info.state == "starting" and info.pid is not None
+                tree = tree_of(info.pid)
                 tg.cancel_scope.cancel()
         assert not scope.cancelled_caught
         assert mgr.sessions() == [] and mgr.stats().in_use == 0
-        assert alive({pid}) == []
-        # The slot came back: the next claim is served.
+        assert alive(tree) == []
+        # The slot came back: the next claim is served at once (a leaked slot would raise Busy).
         console = await mgr.open(owner=B)
         assert (await console.run(python="1")).text.strip() == "1"
     assert servers() == []
