@@ -380,7 +380,12 @@ class AsyncSessionManager(NotCopyable):
     async def _cold_start(self, owner: Owner, name: str | None) -> _Entry:
         """Start a session on a slot this claim holds; nothing leaks when it fails or is cancelled."""
         self._reserved -= 1
-        entry = self._new_entry(owner)
+        try:
+            entry = self._new_entry(owner)
+        except BaseException:
+            self._dispatch()
+            self._refill()
+            raise
         entry.cold = True
         try:
             if self._state != "running":
@@ -554,6 +559,10 @@ class AsyncSessionManager(NotCopyable):
                 self._counts["discarded"] += 1
                 self._ready.remove(entry)
                 self._discard(entry)
+                continue
+            if entry.state == "in_use" and entry.console.status().state == "closed":
+                # Closed by its owner directly (console.close()) or crashed: its slot frees.
+                self._forget(entry, "closed (by its owner, or its server stopped)")
                 continue
             if entry.state == "in_use":
                 self._observe(entry, now)

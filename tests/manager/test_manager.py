@@ -147,6 +147,9 @@ async def test_max_per_owner_refuses_at_once(options):
             await console.run(python="1")
         again = await mgr.open(owner=A)  # the quota freed with the close
         assert (await again.run(python="2")).text.strip() == "2"
+        await again.close()  # closed directly, not through the manager: the slot still frees
+        await eventually(lambda: mgr.sessions() == [], bound=10, what="the directly closed session dropped")
+        assert (await (await mgr.open(owner=A)).run(python="3")).text.strip() == "3"
 
 
 async def test_idle_and_lifetime_culling_say_why(options):
@@ -173,7 +176,7 @@ async def test_a_warm_session_killed_behind_the_managers_back_is_replaced_not_ha
         [info] = mgr.sessions()
         assert info.pid is not None
         os.kill(info.pid, signal.SIGKILL)
-        await eventually(lambda: not psutil.pid_exists(info.pid) or psutil.Process(info.pid).status() == "zombie")
+        await eventually(lambda: alive({info.pid}) == [], what="the killed server gone")
         async with mgr.session(owner=A) as console:
             assert console.pid != info.pid
             assert (await console.run(python="1")).text.strip() == "1"
