@@ -20,7 +20,7 @@ from anyio.abc import TaskGroup
 
 from console_bridge._connection._handles import NotCopyable
 from console_bridge._console._session import AsyncConsole
-from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed
+from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed, ServerError
 from console_bridge._identity import Owner
 from console_bridge._manager._info import (
     ManagerStats,
@@ -516,19 +516,17 @@ class AsyncSessionManager(NotCopyable):
         try:
             entry = self._new_entry()
         except Exception as exc:
-            self._counts["failed"] += 1
-            self._last_failure = f"{type(exc).__name__}: {exc}"
-            self._backoff = min(self.max_backoff, max(self.retry_backoff, self._backoff * 2))
-            self._backoff_until = time.monotonic() + self._backoff
+            self._warm_failed(f"{type(exc).__name__}: {exc}")
             return
         try:
             await entry.console.start()
-            await entry.console.run(python="1", timeout=self.boot_timeout)
+            boot = await entry.console.run(python="1", timeout=self.boot_timeout)
+            if boot.is_error or boot.text.strip() != "1":
+                raise ServerError(
+                    f"the warm-up cell `1` returned {boot.text[:500]!r}", result=boot, pid=entry.console.pid
+                )
         except Exception as exc:
-            self._counts["failed"] += 1
-            self._last_failure = f"{type(exc).__name__}: {exc}"
-            self._backoff = min(self.max_backoff, max(self.retry_backoff, self._backoff * 2))
-            self._backoff_until = time.monotonic() + self._backoff
+            self._warm_failed(f"{type(exc).__name__}: {exc}")
             with anyio.CancelScope(shield=True):
                 await entry.console.cancel()
             self._forget(entry, f"failed to warm up ({type(exc).__name__})")
@@ -544,6 +542,13 @@ class AsyncSessionManager(NotCopyable):
         entry.calls_seen = _calls(entry.console)[0]
         self._ready.append(entry)
         self._dispatch()
+
+    def _warm_failed(self, why: str) -> None:
+        """Count a failed warm-up and back off (doubling, up to ``max_backoff``) before the next."""
+        self._counts["failed"] += 1
+        self._last_failure = why
+        self._backoff = min(self.max_backoff, max(self.retry_backoff, self._backoff * 2))
+        self._backoff_until = time.monotonic() + self._backoff
 
     # --------------------------------------------------------------- culling
     async def _check_forever(self) -> None:
@@ -618,6 +623,7 @@ class AsyncSessionManager(NotCopyable):
         return out
 
     def stats(self) -> ManagerStats:
+        """Counters and claim latencies (local state only); see :class:`ManagerStats`."""
         return ManagerStats(
             warm=len(self._ready),
             starting=self._count("starting"),

@@ -94,14 +94,18 @@ class SessionManager(NotCopyable):
         return _ManagedConsole(self, console, self._portal.run_sync(lambda: self._async.id_of(console)))
 
     def get(self, session_id: str) -> Console:
+        """The in-use session ``session_id`` (see :meth:`AsyncSessionManager.get`)."""
         console = self._portal.run_sync(lambda: self._async.get(session_id))
         return _ManagedConsole(self, console, session_id)
 
     def close(self, session_id: str) -> None:
+        """Close the session ``session_id``; its slot frees (see :meth:`AsyncSessionManager.close`)."""
         self._portal.call(self._async.close, session_id)
 
     def sessions(self) -> list[SessionInfo]:
+        """Every session the manager holds (local state only)."""
         return self._portal.run_sync(self._async.sessions)
 
     def stats(self) -> ManagerStats:
+        """Counters and claim latencies (local state only)."""
         return self._portal.run_sync(self._async.stats)
