@@ -255,7 +255,13 @@ class ManagerChaos:
             return
         victim = warm[0].pid
         assert victim is not None
+        victim_proc = psutil.Process(victim)
         os.kill(victim, signal.SIGKILL)
+        # "Behind the manager's back" means before the claim: wait (bounded) until it is dead. A death
+        # racing the hand-over itself cannot be seen by any check; that claim gets ConnectionClosed.
+        with anyio.move_on_after(BOUNDS["reap"]):
+            while self._alive(victim_proc):
+                await anyio.sleep(0.005)
 
         async def go() -> None:
             async with mgr.session(owner=Owner("after-kill")) as console:
