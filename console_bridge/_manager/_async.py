@@ -50,6 +50,7 @@ class _Entry:
     last_used_wall: datetime | None = None
     calls_seen: int = 0
     calls_at_handover: int = 0
+    server: psutil.Process | None = None  # the server as seen when it became warm (pid reuse is detected)
 
 
 @dataclass(eq=False)
@@ -69,13 +70,13 @@ def _calls(console: AsyncConsole) -> tuple[int, bool]:
     return conn.calls, conn.state == "busy"
 
 
-def _server_alive(console: AsyncConsole) -> bool:
-    """Cheap local check: the console is open and its server process is running."""
-    pid = console.pid
-    if pid is None or console.status().state == "closed":
+def _server_alive(entry: _Entry) -> bool:
+    """Cheap local check: the console is open and its server process is the one that was started."""
+    if entry.server is None or entry.console.status().state == "closed":
         return False
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        # is_running() compares the creation time too, so a reused pid is not taken for the server.
+        return entry.server.is_running() and entry.server.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
@@ -299,7 +300,7 @@ class AsyncSessionManager(NotCopyable):
         if grant is None:
             grant = await self._wait_for_grant()
         while isinstance(grant, _Entry):
-            if _server_alive(grant.console):
+            if _server_alive(grant):
                 self._hand_over(grant, owner, name)
                 self._refill()
                 return grant, True
@@ -536,6 +537,10 @@ class AsyncSessionManager(NotCopyable):
                 await entry.console.cancel()
                 self._forget(entry, _MANAGER_CLOSED)
             raise
+        try:
+            entry.server = psutil.Process(entry.console.pid or -1)
+        except (psutil.Error, ValueError):
+            entry.server = None  # already gone: the hand-over check discards it
         self._counts["started"] += 1
         self._backoff = 0.0
         entry.state = "warm"
@@ -560,7 +565,7 @@ class AsyncSessionManager(NotCopyable):
         """Cull idle and old in-use sessions, drop dead warm ones, refill after a back-off."""
         now = time.monotonic()
         for entry in list(self._entries.values()):
-            if entry.state == "warm" and not _server_alive(entry.console):
+            if entry.state == "warm" and not _server_alive(entry):
                 self._counts["discarded"] += 1
                 self._ready.remove(entry)
                 self._discard(entry)
