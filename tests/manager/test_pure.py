@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
+import pickle
 from pathlib import Path
 
+import anyio
 import pytest
 
-from console_bridge import AsyncSessionManager, LaunchRefused
+from console_bridge import AsyncSessionManager, ConnectionClosed, LaunchRefused, Owner, SessionManager
 from console_bridge._manager._info import cull_reason, percentile, refill_count
 
 
@@ -55,3 +59,24 @@ def test_percentile_is_nearest_rank() -> None:
 def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path, kwargs: dict, fragment: str) -> None:
     with pytest.raises(LaunchRefused, match=fragment.replace("(", r"\(")):
         AsyncSessionManager(tmp_path, **kwargs)
+
+
+def test_public_methods_of_the_managers_are_documented() -> None:
+    for cls in (AsyncSessionManager, SessionManager):
+        for method in ("session", "open", "get", "close", "sessions", "stats"):
+            assert inspect.getdoc(getattr(cls, method)), f"{cls.__name__}.{method}"
+    assert inspect.getdoc(AsyncSessionManager.aclose) and inspect.getdoc(SessionManager.shutdown)
+
+
+def test_the_manager_refuses_copies_and_claims_before_start(tmp_path: Path) -> None:
+    manager = AsyncSessionManager(tmp_path, warm=0)
+    with pytest.raises(TypeError):
+        copy.deepcopy(manager)
+    with pytest.raises(TypeError):
+        pickle.dumps(manager)
+
+    async def claim() -> None:
+        with pytest.raises(ConnectionClosed, match="not started"):
+            await manager.open(owner=Owner("early"))
+
+    anyio.run(claim)
