@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import shutil
 import statistics
 import tempfile
@@ -86,11 +87,14 @@ class _Scratch:
         self.workspace = self.root / "ws"
         self.recordings = self.root / "recordings"
         self.tmp = self.root / "tmp"
-        for path in (self.workspace, self.recordings, self.tmp):
+        self.state = self.root / "state"  # CONSOLE_BRIDGE_STATE_DIR: sessions' private folders, where used
+        for path in (self.workspace, self.recordings, self.tmp, self.state):
             path.mkdir()
 
     def leftovers(self) -> list[str]:
-        return sorted(p.name for p in self.tmp.iterdir())
+        sessions = self.state / "sessions"
+        private = sorted(f"state/{p.name}" for p in sessions.iterdir()) if sessions.is_dir() else []
+        return sorted(p.name for p in self.tmp.iterdir()) + private
 
 
 async def _claim_to_first_result(manager: AsyncSessionManager, owner: Owner) -> float:
@@ -213,6 +217,8 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
     scratch = _Scratch()
     saved = tempfile.tempdir
     tempfile.tempdir = str(scratch.tmp)  # each session's private TMPDIR lands here: leftovers are leaks
+    saved_state = os.environ.get("CONSOLE_BRIDGE_STATE_DIR")
+    os.environ["CONSOLE_BRIDGE_STATE_DIR"] = str(scratch.state)
     options = {"command": binary, "recordings_dir": scratch.recordings, "check_interval": 0.5}
     report: dict[str, Any] = {"plan": plan, "errors": []}
     try:
@@ -230,6 +236,10 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
                 log(f"  FAILED: {type(exc).__name__}: {exc}")
     finally:
         tempfile.tempdir = saved
+        if saved_state is None:
+            os.environ.pop("CONSOLE_BRIDGE_STATE_DIR", None)
+        else:
+            os.environ["CONSOLE_BRIDGE_STATE_DIR"] = saved_state
         with anyio.move_on_after(10):
             await _until(lambda: not _servers())
         survivors = _servers()

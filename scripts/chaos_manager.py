@@ -69,7 +69,8 @@ class ManagerChaos:
         self.plan_rng, self.rng = random.Random(seed), random.Random(seed + 1)
         self.root = Path(tempfile.mkdtemp(prefix="chaos-manager-"))
         self.tmp, self.workspace, self.recordings = self.root / "tmp", self.root / "ws", self.root / "rec"
-        for path in (self.tmp, self.workspace, self.recordings):
+        self.state = self.root / "state"  # CONSOLE_BRIDGE_STATE_DIR: sessions' private folders, where used
+        for path in (self.tmp, self.workspace, self.recordings, self.state):
             path.mkdir()
         self.options: dict[str, Any] = {"recordings_dir": self.recordings, "check_interval": 0.1}
         if binary is not None:
@@ -85,6 +86,7 @@ class ManagerChaos:
         self.leaks: list[str] = []
         self.procs: dict[int, psutil.Process] = {}  # every process seen in a session tree
         self.released: list[AsyncConsole] = []  # cleanly released: recordings must be finalized
+        self.current = "start"  # the cycle being checked, for the findings
 
     # ---------------------------------------------------------------- helpers
     def manager(self, **kwargs: Any) -> AsyncSessionManager:
@@ -125,6 +127,13 @@ class ManagerChaos:
             await anyio.sleep(0.2)
 
     @staticmethod
+    def _cmdline(proc: psutil.Process) -> str:
+        try:
+            return " ".join(proc.cmdline())[:160] or proc.name()
+        except psutil.Error:
+            return "?"
+
+    @staticmethod
     def _alive(proc: psutil.Process) -> bool:
         try:
             return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -139,7 +148,13 @@ class ManagerChaos:
                 if info.pid is not None:
                     keep_pids.add(info.pid)
                     with contextlib.suppress(psutil.Error):
-                        keep_pids |= {p.pid for p in psutil.Process(info.pid).children(recursive=True)}
+                        server = psutil.Process(info.pid)
+                        keep_pids |= {p.pid for p in server.children(recursive=True)}
+                        # ...and whatever stands between this process and the server (a supervisor).
+                        for parent in server.parents():
+                            if parent.pid == os.getpid():
+                                break
+                            keep_pids.add(parent.pid)
 
         def stray_procs() -> list[psutil.Process]:
             return [p for pid, p in self.procs.items() if pid not in keep_pids and self._alive(p)]
@@ -148,25 +163,32 @@ class ManagerChaos:
         while stray_procs() and time.monotonic() < deadline:
             await anyio.sleep(0.05)
         for proc in stray_procs():
-            self.survivors.append(f"pid {proc.pid} ({proc.name()})")
+            self.survivors.append(f"after {self.current}: pid {proc.pid} ({self._cmdline(proc)})")
             proc.kill()
         if live is None:
-            while os.listdir(self.tmp) and time.monotonic() < deadline:
+            while self.folders() and time.monotonic() < deadline:
                 await anyio.sleep(0.05)
-            self.leaks.extend(os.listdir(self.tmp))
-            for name in os.listdir(self.tmp):
-                shutil.rmtree(self.tmp / name, ignore_errors=True)
+            self.leaks.extend(str(path) for path in self.folders())
+            for path in self.folders():
+                shutil.rmtree(path, ignore_errors=True)
         else:
             # A live manager's sessions (warm or starting) own folders we cannot name here; only
             # count a folder as leaked when there are more folders than live sessions.
-            extra = len(os.listdir(self.tmp)) - len(live.sessions())
+            extra = len(self.folders()) - len(live.sessions())
             while extra > 0 and time.monotonic() < deadline:
                 await anyio.sleep(0.05)
-                extra = len(os.listdir(self.tmp)) - len(live.sessions())
+                extra = len(self.folders()) - len(live.sessions())
             if extra > 0:
-                self.leaks.append(f"{extra} folder(s) beyond the live sessions: {sorted(os.listdir(self.tmp))}")
+                self.leaks.append(f"{extra} folder(s) beyond the live sessions: {self.folders()}")
         for pid in [pid for pid, p in self.procs.items() if not self._alive(p)]:
             del self.procs[pid]
+
+    def folders(self) -> list[Path]:
+        """Sessions' private folders: TMPDIRs under the run's temp root, and (where the library keeps
+        them there) per-session folders under the run's CONSOLE_BRIDGE_STATE_DIR."""
+        sessions = self.state / "sessions"
+        private = sorted(sessions.iterdir()) if sessions.is_dir() else []
+        return sorted(self.tmp.iterdir()) + private
 
     # ---------------------------------------------------------------- faults
     async def op_claim(self, mgr: AsyncSessionManager) -> None:
@@ -329,6 +351,7 @@ class ManagerChaos:
     # ------------------------------------------------------------------ run
     async def main(self) -> None:
         tempfile.tempdir = str(self.tmp)
+        os.environ["CONSOLE_BRIDGE_STATE_DIR"] = str(self.state)
         async with self.manager(warm=2, max_sessions=3, idle_timeout=None, max_lifetime=None) as mgr:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.sampler, [mgr])
@@ -336,6 +359,7 @@ class ManagerChaos:
                     kind = KINDS[(cycle - 1) % len(KINDS)] if cycle <= len(KINDS) else self.plan_rng.choice(KINDS)
                     self.faults[kind] += 1
                     self.log(f"cycle {cycle}: {kind}")
+                    self.current = f"cycle {cycle} ({kind})"
                     if kind in ("cull_cell", "refill_fail", "close_waiters"):
                         await getattr(self, f"op_{kind}")()
                     else:

@@ -40,11 +40,12 @@ def make(options: dict[str, Any], **kwargs: Any) -> AsyncSessionManager:
 
 
 def servers() -> list[psutil.Process]:
-    """Live mcp-console servers started by this test process (its direct children)."""
+    """Live mcp-console servers (``mcp-console serve``) started by this test process, at any depth."""
     out = []
-    for proc in psutil.Process().children():
+    for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.name() == "mcp-console" and proc.status() != psutil.STATUS_ZOMBIE:
+            cmdline = proc.cmdline()
+            if proc.name() == "mcp-console" and cmdline[1:2] == ["serve"] and proc.status() != psutil.STATUS_ZOMBIE:
                 out.append(proc)
         except psutil.Error:
             continue
