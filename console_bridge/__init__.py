@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from console_bridge._connection._blocking import McpConnection
     from console_bridge._console._blocking import Console
     from console_bridge._console._session import AsyncConsole, ConsoleStatus
+    from console_bridge._manager._async import AsyncSessionManager
+    from console_bridge._manager._blocking import SessionManager
+    from console_bridge._manager._info import LatencySummary, ManagerStats, SessionInfo
 
 __version__ = "0.1.0"
 
@@ -57,6 +60,11 @@ _LAZY = {
     "Console": "console_bridge._console._blocking",
     "AsyncConsole": "console_bridge._console._session",
     "ConsoleStatus": "console_bridge._console._session",
+    "AsyncSessionManager": "console_bridge._manager._async",
+    "SessionManager": "console_bridge._manager._blocking",
+    "SessionInfo": "console_bridge._manager._info",
+    "ManagerStats": "console_bridge._manager._info",
+    "LatencySummary": "console_bridge._manager._info",
 }
 
 
@@ -94,6 +102,7 @@ __all__ = [
     "ApprovalRequest",
     "AsyncConsole",
     "AsyncMcpConnection",
+    "AsyncSessionManager",
     "AuditLog",
     "BridgeError",
     "Busy",
@@ -107,8 +116,10 @@ __all__ = [
     "DependenciesRefused",
     "Desynchronized",
     "Image",
+    "LatencySummary",
     "LaunchRefused",
     "Limits",
+    "ManagerStats",
     "McpConnection",
     "NotAllowed",
     "Owner",
@@ -120,6 +131,8 @@ __all__ = [
     "SandboxMismatch",
     "SchemaDrift",
     "ServerError",
+    "SessionInfo",
+    "SessionManager",
     "ToolHandle",
     "ToolResult",
     "VerificationFailed",

@@ -26,9 +26,13 @@ inside the console shows its traceback as the cell's output. Interrupting the ke
 (Ctrl-C, the stop button) interrupts the cell and keeps the session and its state.
 
 Line magics: ``%console_status`` (server, pid, workspace, profile, advertised sandbox,
-recording), ``%console_restart`` (fresh worker, state lost) and ``%console_close``. The
+recording), ``%console_restart`` (a fresh session, state lost) and ``%console_close``. The
 session closes at ``%unload_ext``, at kernel shutdown or restart, and when the kernel
 process exits.
+
+Sessions come from a per-kernel :class:`~console_bridge.SessionManager` that keeps one
+verified, booted session warm (``warm=1``): ``%console_restart`` hands over that fresh
+session at once instead of waiting for a new worker.
 
 The blocking :class:`~console_bridge.Console` also works in a notebook without the
 magics; its results render as text plus inline PNGs.
@@ -48,7 +52,17 @@ from typing import Any, TextIO
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from console_bridge import BridgeError, CellResult, CellTimeout, Console, ConsoleStatus, Image, ServerError
+from console_bridge import (
+    BridgeError,
+    CellResult,
+    CellTimeout,
+    Console,
+    ConsoleStatus,
+    Image,
+    Owner,
+    ServerError,
+    SessionManager,
+)
 from console_bridge._console._cells import read_notices
 from console_bridge._jupyter._options import (
     OptionsError,
@@ -65,6 +79,8 @@ _TEXT_IMAGES = ("image/svg+xml",)
 _BEING_POLLED = "already being polled"
 _INTERRUPTED = "KeyboardInterrupt: the cell was interrupted; the session and its state are kept"
 _loaded: dict[InteractiveShell, ConsoleMagics] = {}
+#: Who the kernel's sessions belong to (the notebook user: host calls).
+_OWNER = Owner("jupyter")
 
 
 def _one_line(exc: BaseException, text: str) -> BaseException:
@@ -117,10 +133,19 @@ class ConsoleMagics:
         magics.register()
     """
 
-    def __init__(self, shell: InteractiveShell, *, settle_timeout: float = 10.0, retry_interval: float = 0.05) -> None:
+    def __init__(
+        self,
+        shell: InteractiveShell,
+        *,
+        settle_timeout: float = 10.0,
+        retry_interval: float = 0.05,
+        acquire_timeout: float = 120.0,
+    ) -> None:
         self.shell = shell
         self.settle_timeout = settle_timeout
         self.retry_interval = retry_interval
+        self.acquire_timeout = acquire_timeout
+        self.manager: SessionManager | None = None
         self.console: Console | None = None
         self.spec: SessionSpec | None = None
 
@@ -144,11 +169,11 @@ class ConsoleMagics:
             magics["line"].pop(name, None)
 
     def close(self) -> None:
-        """Close the session (recording finalized, process tree stopped). Idempotent, never raises."""
-        console, self.console, self.spec = self.console, None, None
-        if console is not None:
+        """Close the session and the warm one (recordings finalized, trees stopped). Idempotent, never raises."""
+        manager, self.manager, self.console, self.spec = self.manager, None, None, None
+        if manager is not None:
             with contextlib.suppress(Exception):
-                console.close()
+                manager.shutdown()
 
     # ------------------------------------------------------------------ magics
     def console_cell(self, line: str, cell: str) -> None:
@@ -186,18 +211,21 @@ class ConsoleMagics:
         sys.stdout.write(_status_text(self.console.status()) + "\n")
 
     def console_restart(self, line: str) -> None:
-        """Restart the session's worker: a fresh interpreter, in-memory state lost; the session stays."""
+        """Replace the session by a fresh one (the warm one, at once): in-memory state lost."""
         self._no_arguments("%console_restart", line)
-        if self.console is None:
+        if self.console is None or self.manager is None:
             sys.stdout.write("console-bridge: no session is open; nothing to restart\n")
             return
+        old, self.console = self.console, None
         try:
-            result = self.console.restart()
+            old.close()
+            self.console = self.manager.open(owner=_OWNER)
         except BridgeError as exc:
             raise _one_line(exc, f"{type(exc).__name__}: {exc.message}") from None
-        if result.is_error:
-            sys.stdout.write(read_notices(result.text).output)
-        sys.stdout.write("console-bridge: the worker was restarted; its in-memory state is gone\n")
+        sys.stdout.write(
+            f"console-bridge: a fresh session (pid {self.console.pid}) replaced the old one; "
+            "its in-memory state is gone\n"
+        )
 
     def console_close(self, line: str) -> None:
         """Close the session; the next ``%%console`` cell opens a new one."""
@@ -219,27 +247,42 @@ class ConsoleMagics:
         current = self.console
         if current is not None and self.spec == spec and current.status().state != "closed":
             return current
-        # Construction checks the arguments and starts nothing: a bad option keeps the open session.
-        console = Console(
-            spec.workspace,
-            profile=spec.profile,
-            poll_window=spec.poll_window,
-            recordings_dir=spec.recordings_dir,
-            languages=spec.languages,
-        )
+        manager = self.manager if self.spec == spec else None
+        if manager is None:
+            # Construction checks the arguments and starts nothing: a bad option keeps the open session.
+            manager = SessionManager(
+                spec.workspace,
+                warm=1,
+                max_sessions=2,
+                idle_timeout=None,
+                max_lifetime=None,
+                acquire_timeout=self.acquire_timeout,
+                profile=spec.profile,
+                poll_window=spec.poll_window,
+                recordings_dir=spec.recordings_dir,
+                languages=spec.languages,
+            )
         if current is not None and self.spec is not None:
             if current.status().state == "closed":
                 why = "the session was closed (it stopped or failed)"
             else:
                 why = describe_change(self.spec, spec) or "the session changes"
             sys.stderr.write(f"{_PREFIX}{why}: closing the session (its state is lost) and opening a new one\n")
-            self.close()
+            if manager is self.manager:
+                with contextlib.suppress(Exception):
+                    current.close()
+                self.console = None
+            else:
+                self.close()
         try:
-            console.start()
+            if manager is not self.manager:
+                manager.start()
+            console = manager.open(owner=_OWNER)
         except BaseException:
-            console.close()
+            manager.shutdown()
+            self.manager, self.console, self.spec = None, None, None
             raise
-        self.console, self.spec = console, spec
+        self.manager, self.console, self.spec = manager, console, spec
         status = console.status()
         sys.stderr.write(
             f"{_PREFIX}opened a {status.profile!r} session on {status.workspace} "

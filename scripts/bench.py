@@ -12,6 +12,7 @@ Usage::
     .venv/bin/python scripts/bench.py                    # the full run (a few minutes)
     .venv/bin/python scripts/bench.py --quick            # a smoke run (under a minute)
     .venv/bin/python scripts/bench.py --json bench.json  # also write every figure as JSON
+    .venv/bin/python scripts/bench.py --manager          # the session manager section only
 
 What is measured (docs/performance.md explains each figure):
 
@@ -21,6 +22,9 @@ What is measured (docs/performance.md explains each figure):
 4. close latency (idle, busy), ``cancel()`` and interrupt latency, and when the tree is gone;
 5. Python-side memory per session (tracemalloc) and processes per session (psutil);
 6. N concurrent sessions each running M trivial cells: per-call latency against one session.
+
+``--manager`` runs the session manager section instead (scripts/bench_manager.py): warm-claim
+latency against a cold start, churn, memory per warm session.
 
 Exit status: 0 when every phase ran and nothing survived the cleanup; 1 when a phase failed or a
 process or temporary folder survived; 2 on usage errors.
@@ -1247,6 +1251,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="PATH",
         help="the mcp-console executable (default: the one in this venv)",
     )
+    parser.add_argument(
+        "--manager", action="store_true", help="run the session manager section (scripts/bench_manager.py) instead"
+    )
     parser.add_argument("--child", choices=("raw", "bridge"), help=argparse.SUPPRESS)
     parser.add_argument("--child-setup", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1383,7 +1390,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
         return child_main(args.child, args.binary, args.child_setup)
+    if args.manager:
+        return run_manager(args)
     return asyncio.run(run(args))
+
+
+def run_manager(args: argparse.Namespace) -> int:
+    """The ``--manager`` section: its own figures, targets and cleanup check (see bench_manager.py)."""
+    import bench_manager  # beside this script
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    report = asyncio.run(bench_manager.run(args.binary, args.quick, log))
+    report["meta"] = {"quick": args.quick, "binary": str(args.binary), "versions": versions(), "source": source_state()}
+    print(bench_manager.table(report))
+    for key, target in report["targets"].items():
+        state = "met" if target["met"] else "MISSED"
+        print(f"target {key}: <= {target['threshold']:g} ms: {target['value']} -> {state}")
+    print(f"cleanup: {'ok' if report['cleanup']['ok'] else 'FAILED ' + json.dumps(report['cleanup'])}")
+    for error in report["errors"]:
+        print(f"error: {error}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0 if report["cleanup"]["ok"] and not report["errors"] else 1
 
 
 if __name__ == "__main__":

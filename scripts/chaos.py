@@ -50,6 +50,8 @@ Usage::
     .venv/bin/python scripts/chaos.py --cycles 25 --sessions 3 --seed 1 --json out.json
     .venv/bin/python scripts/chaos.py --binary .venv-mcp-console-0.0.5/bin/mcp-console
     .venv/bin/python scripts/chaos.py --forecast --seed 7 --cycles 25   # the seeded plan, nothing run
+    .venv/bin/python scripts/chaos.py --manager --cycles 16 --seed 3     # session manager faults
+                                                                         # (scripts/chaos_manager.py)
 
 The plan (which operation, on which session, which open variant) comes from its own seeded
 generator and depends only on the seed and the number of open sessions, so ``--forecast`` shows
@@ -1469,6 +1471,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--forecast", action="store_true", help="print the seeded plan (as if every operation behaves) and exit"
     )
+    parser.add_argument(
+        "--manager", action="store_true", help="soak the session manager instead (scripts/chaos_manager.py)"
+    )
     args = parser.parse_args(argv)
     if args.cycles < 1 or args.sessions < 1:
         parser.error("--cycles and --sessions must be at least 1")
@@ -1479,6 +1484,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.manager:
+        return manager_main(args)
     if args.forecast:
         if args.seed is None:
             print("chaos: --forecast needs --seed", file=sys.stderr)
@@ -1508,6 +1515,28 @@ def main(argv: list[str] | None = None) -> int:
         chaos.print_report(report)
         chaos.write_json(report)
     return 0 if report["ok"] else 1
+
+
+def manager_main(args: argparse.Namespace) -> int:
+    """``--manager``: the session manager soak; same report keys and exit status as the console soak."""
+    import chaos_manager  # beside this script
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 16)
+    print(f"chaos --manager: seed {seed}, {args.cycles} cycles", file=sys.stderr)
+
+    def log(message: str) -> None:
+        if args.verbose:
+            print(message, file=sys.stderr, flush=True)
+
+    report = chaos_manager.run(args.binary, args.cycles, seed, log)
+    print(json.dumps({k: v for k, v in report.items() if k != "details"}, indent=2))
+    for key, items in report["details"].items():
+        for item in items:
+            print(f"{key}: {item}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print("OK" if report["ok"] else f"FAILED: {', '.join(report['failures'])}")
+    return 0 if report["ok"] and not (args.strict and report["anomalies"]) else 1
 
 
 if __name__ == "__main__":

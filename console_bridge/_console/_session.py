@@ -235,6 +235,7 @@ class AsyncConsole(NotCopyable):
         self._state = "new"
         self._cell_open = False
         self._probe_checked = 0
+        self._close_reason: str | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -510,13 +511,30 @@ class AsyncConsole(NotCopyable):
             deny_read=tuple(self._confined.deny),
         )
 
+    # ------------------------------------------------------------ hand-over
+    def assign_owner(self, owner: Owner) -> None:
+        """Give a started session to ``owner`` (a session manager does this at hand-over).
+
+        Every later call is checked against ``owner``, and the audit log names it.
+        """
+        if not isinstance(owner, Owner):
+            raise NotAllowed("owner must be an Owner")
+        self.owner = owner
+        if self._conn is not None:
+            self._conn.owner = owner
+
+    def set_close_reason(self, reason: str) -> None:
+        """Say why the session is (about to be) closed: every later use raises
+        :class:`ConnectionClosed` with ``reason`` (e.g. "closed by the session manager after 600 s idle")."""
+        self._close_reason = reason
+
     # ---------------------------------------------------------------- cells
     def _require(self, what: str) -> AsyncMcpConnection:
         check_owner(self.owner, "console")
         if self._state == "new":
             raise ConnectionClosed(f"{what}: the console is not started; use `async with` or await start()")
         if self._conn is None or self._state == "closed":
-            raise ConnectionClosed(f"{what}: this console is closed; create a new one")
+            raise ConnectionClosed(f"{what}: this console was {self._close_reason or 'closed'}; create a new one")
         return self._conn
 
     def _window_ms(self, timeout_ms: int | None) -> int:
@@ -548,6 +566,10 @@ class AsyncConsole(NotCopyable):
             self._cell_open = True
         try:
             result = await conn.call_tool("send", args)
+        except ConnectionClosed as exc:
+            if self._close_reason is None:
+                raise
+            raise type(exc)(f"send: this console was {self._close_reason}", server=SERVER, pid=exc.pid) from None
         except ServerError as exc:
             if exc.result is None:
                 raise

@@ -74,3 +74,31 @@ def test_quick_benchmark_runs_and_writes_json(tmp_path: Path) -> None:
         assert isinstance(target["met"], bool)
     # The table on stdout carries every metric row.
     assert "| metric" in proc.stdout
+
+
+@pytest.mark.console
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_quick_manager_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
+    if not BINARY.exists():
+        pytest.skip(f"no mcp-console beside {sys.executable}")
+    out = tmp_path / "bench-manager.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--manager", "--quick", "--json", str(out), "--binary", str(BINARY)],
+        capture_output=True,
+        text=True,
+        timeout=570,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    output = f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"bench.py --manager --quick exited {proc.returncode}\n{output}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["errors"] == [] and report["cleanup"]["ok"] is True
+    latency, churn, memory = report["latency"], report["churn"], report["memory"]
+    assert latency["warm_claim_p50_ms"] > 0 and latency["cold_start_median_ms"] > latency["warm_claim_p50_ms"]
+    assert churn["cycles"] >= 1 and churn["leaked_processes"] == [] and churn["leaked_folders"] == []
+    assert churn["peak_live"] <= 4
+    assert memory["tree_pss_mib_per_session"] > 0
+    assert set(report["targets"]) == {"warm_claim_p50_ms", "warm_claim_p99_ms"}
+    assert "| warm claim to first result" in proc.stdout

@@ -64,3 +64,40 @@ def test_chaos_soak_0_0_5(tmp_path: Path) -> None:
     report = soak(tmp_path, "0.0.5", "--cycles", "12", "--sessions", "2", "--seed", "23194")
     faults = report["faults"]
     assert sum(1 for count in faults.values() if count) >= 8, faults
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("version", ["0.0.6", "0.0.5"])
+def test_chaos_soak_of_the_session_manager(tmp_path: Path, version: str) -> None:
+    # The first eight cycles run every manager fault once, in order; later ones are seeded draws.
+    report_path = tmp_path / f"chaos-manager-{version}.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--manager",
+            "--binary",
+            str(binary_for(version)),
+            "--json",
+            str(report_path),
+            "--cycles",
+            "10",
+            "--seed",
+            "7",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    output = f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+    assert report_path.is_file(), f"no JSON report was written (exit {proc.returncode})\n{output}"
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert proc.returncode == 0, output
+    assert {key: report[key] for key in ZERO} == dict.fromkeys(ZERO, 0), output
+    assert report["ok"] is True and report["failures"] == [] and report["anomalies"] == [], output
+    assert report["version"] == version and report["cycles"] == 10
+    assert all(count >= 1 for count in report["faults"].values()), report["faults"]
+    counts = report["counts"]
+    assert counts["culled"] >= 1 and counts["discarded"] >= 1 and counts["refused_claims"] >= 1, counts
+    assert report["processes_tracked"] > 0 and counts["recordings_checked"] >= 1

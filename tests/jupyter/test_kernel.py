@@ -147,13 +147,24 @@ def test_status_shows_the_verified_sandbox(kernel: Kernel) -> None:
     assert psutil.pid_exists(server_pid(kernel))
 
 
-def test_restart_clears_the_state_and_keeps_the_session(kernel: Kernel) -> None:
+def test_restart_hands_over_the_warm_session_at_once(kernel: Kernel) -> None:
     kernel.run(f"%%console {kernel.console_options}\ny = 5").expect_ok()
     pid = server_pid(kernel)
+    old_tree = [psutil.Process(pid), *descendants(pid)]
+    # The kernel's manager keeps one booted session warm: the restart hands it over.
+    probe = "import console_bridge.jupyter as _j\nprint(next(iter(_j._loaded.values())).manager.stats().warm)"
+    deadline = time.monotonic() + 30
+    while kernel.run(probe).expect_ok().stdout != "1\n" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    started = time.monotonic()
     out = kernel.run("%console_restart").expect_ok().stdout
-    assert "the worker was restarted; its in-memory state is gone" in out
+    restart_s = time.monotonic() - started
+    assert "replaced the old one; its in-memory state is gone" in out
     assert kernel.run("%%console\nprint('y' in globals())").expect_ok().stdout == "False\n"
-    assert server_pid(kernel) == pid
+    new = server_pid(kernel)
+    assert new != pid
+    assert living(old_tree) == []
+    assert restart_s < 2.0, f"the restart took {restart_s:.2f}s: the warm session was not handed over"
 
 
 def test_interrupting_the_kernel_interrupts_the_cell_and_keeps_the_session(kernel: Kernel) -> None:

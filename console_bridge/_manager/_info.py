@@ -1,0 +1,129 @@
+"""What a session manager reports, and the decisions it takes that need no I/O (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from console_bridge._identity import Owner
+
+__all__ = [
+    "LatencySummary",
+    "ManagerStats",
+    "SessionInfo",
+    "SessionState",
+    "cull_reason",
+    "percentile",
+    "refill_count",
+]
+
+#: ``starting`` (launching, not yet handed out or ready), ``warm`` (started, verified, booted,
+#: waiting for a claim), ``in_use`` (handed out), ``closing`` (released, culled or discarded).
+SessionState = Literal["starting", "warm", "in_use", "closing"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One session of a manager (local state only; nothing is sent to the server).
+
+    ``owner`` is None until the session is handed out; ``last_used`` is when a call was
+    last seen (at the manager's ``check_interval`` granularity); ``cells`` counts the
+    owner's calls (the warm-up cell is not one of them).
+    """
+
+    id: str
+    owner: Owner | None
+    state: SessionState
+    created: datetime
+    last_used: datetime | None
+    cells: int
+    pid: int | None
+    recording: Path | None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySummary:
+    """Claim latencies (claim start to hand-over) of the most recent claims, in milliseconds."""
+
+    count: int
+    p50_ms: float | None
+    p99_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerStats:
+    """Counters and claim latencies of a session manager.
+
+    ``warm``: ready sessions; ``starting``: sessions being launched (warm-ups and cold
+    claims); ``in_use``: handed-out sessions; ``waiting``: claims queued for capacity;
+    ``started``: sessions that started successfully; ``culled``: closed for idleness or
+    lifetime; ``failed``: warm-up launches that failed (``last_failure`` says why);
+    ``discarded``: warm sessions found dead and replaced; ``closed``: sessions closed
+    for any reason. ``warm_hits``/``misses``: latency of claims served from the pool /
+    by a cold start.
+    """
+
+    warm: int
+    starting: int
+    in_use: int
+    waiting: int
+    started: int
+    culled: int
+    failed: int
+    discarded: int
+    closed: int
+    warm_hits: LatencySummary
+    misses: LatencySummary
+    last_failure: str | None
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100, nearest rank) of ``values``; None when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def summarize(samples: deque[float]) -> LatencySummary:
+    p50, p99 = percentile(samples, 50), percentile(samples, 99)
+    return LatencySummary(
+        count=len(samples),
+        p50_ms=None if p50 is None else round(p50 * 1000, 3),
+        p99_ms=None if p99 is None else round(p99 * 1000, 3),
+    )
+
+
+def refill_count(*, target: int, warm: int, live: int, max_sessions: int, waiting: int, backing_off: bool) -> int:
+    """How many warm sessions to start now.
+
+    ``warm`` counts ready and warming sessions, ``live`` every session holding a slot.
+    Waiting claims come first (a freed slot goes to them, not to the pool), a failed
+    warm-up backs off, and the pool never pushes ``live`` past ``max_sessions``.
+    """
+    if waiting or backing_off:
+        return 0
+    return max(0, min(target - warm, max_sessions - live))
+
+
+def cull_reason(
+    *,
+    now: float,
+    created: float,
+    last_used: float,
+    idle_timeout: float | None,
+    max_lifetime: float | None,
+) -> str | None:
+    """Why a session must be closed now (monotonic seconds), or None to keep it."""
+    if max_lifetime is not None and now - created >= max_lifetime:
+        return f"closed by the session manager after reaching max_lifetime={max_lifetime:g} s"
+    if idle_timeout is not None and now - last_used >= idle_timeout:
+        return f"closed by the session manager after {idle_timeout:g} s idle"
+    return None

@@ -1,0 +1,82 @@
+"""The session manager's decisions and argument checks, without processes."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import pickle
+from pathlib import Path
+
+import anyio
+import pytest
+
+from console_bridge import AsyncSessionManager, ConnectionClosed, LaunchRefused, Owner, SessionManager
+from console_bridge._manager._info import cull_reason, percentile, refill_count
+
+
+def test_refill_fills_to_the_target_within_capacity() -> None:
+    assert refill_count(target=2, warm=0, live=0, max_sessions=4, waiting=0, backing_off=False) == 2
+    assert refill_count(target=2, warm=1, live=3, max_sessions=4, waiting=0, backing_off=False) == 1
+    assert refill_count(target=2, warm=0, live=4, max_sessions=4, waiting=0, backing_off=False) == 0
+    assert refill_count(target=3, warm=0, live=3, max_sessions=4, waiting=0, backing_off=False) == 1
+
+
+def test_refill_yields_to_waiting_claims_and_backs_off() -> None:
+    assert refill_count(target=2, warm=0, live=1, max_sessions=4, waiting=1, backing_off=False) == 0
+    assert refill_count(target=2, warm=0, live=0, max_sessions=4, waiting=0, backing_off=True) == 0
+    assert refill_count(target=0, warm=0, live=0, max_sessions=4, waiting=0, backing_off=False) == 0
+
+
+def test_cull_reasons_name_the_bound() -> None:
+    keep = cull_reason(now=10.0, created=0.0, last_used=9.0, idle_timeout=5.0, max_lifetime=60.0)
+    assert keep is None
+    idle = cull_reason(now=10.0, created=0.0, last_used=4.0, idle_timeout=6.0, max_lifetime=60.0)
+    assert idle == "closed by the session manager after 6 s idle"
+    old = cull_reason(now=61.0, created=0.0, last_used=61.0, idle_timeout=6.0, max_lifetime=60.0)
+    assert old == "closed by the session manager after reaching max_lifetime=60 s"
+    assert cull_reason(now=1e9, created=0.0, last_used=0.0, idle_timeout=None, max_lifetime=None) is None
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile(list(range(1, 101)), 99) == 99
+    assert percentile([5.0], 99) == 5.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"max_sessions": 0}, "max_sessions must be an integer >= 1"),
+        ({"warm": 3, "max_sessions": 2}, "warm=3 exceeds max_sessions=2"),
+        ({"max_per_owner": 0}, "max_per_owner must be an integer >= 1"),
+        ({"idle_timeout": -1}, "idle_timeout must be a positive"),
+        ({"acquire_timeout": None}, "acquire_timeout must be a positive"),
+        ({"owner": object()}, "owner is given per claim"),
+        ({"profile": "no-such-profile"}, "no-such-profile"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path, kwargs: dict, fragment: str) -> None:
+    with pytest.raises(LaunchRefused, match=fragment.replace("(", r"\(")):
+        AsyncSessionManager(tmp_path, **kwargs)
+
+
+def test_public_methods_of_the_managers_are_documented() -> None:
+    for cls in (AsyncSessionManager, SessionManager):
+        for method in ("session", "open", "get", "close", "sessions", "stats"):
+            assert inspect.getdoc(getattr(cls, method)), f"{cls.__name__}.{method}"
+    assert inspect.getdoc(AsyncSessionManager.aclose) and inspect.getdoc(SessionManager.shutdown)
+
+
+def test_the_manager_refuses_copies_and_claims_before_start(tmp_path: Path) -> None:
+    manager = AsyncSessionManager(tmp_path, warm=0)
+    with pytest.raises(TypeError):
+        copy.deepcopy(manager)
+    with pytest.raises(TypeError):
+        pickle.dumps(manager)
+
+    async def claim() -> None:
+        with pytest.raises(ConnectionClosed, match="not started"):
+            await manager.open(owner=Owner("early"))
+
+    anyio.run(claim)
