@@ -279,7 +279,7 @@ def test_kernel_shutdown_leaves_no_process_and_no_temp_folder(tmp_path: Path) ->
         tree = descendants(kernel.pid())
         assert pid in {p.pid for p in tree}
         sessions = kernel.tmp.parent / "state" / "sessions"
-        assert len(list(sessions.iterdir())) == 1  # the session's private folder (TMPDIR inside)
+        assert len(list(sessions.iterdir())) >= 1  # the sessions' private folders (the warm one too)
     finally:
         kernel.shutdown()
     assert not kernel.km.is_alive()

@@ -10,9 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.console.conftest import binary_for, no_leaks, recordings, workspace
+from tests.console.conftest import binary_for, no_leaks, recordings, state_dir, workspace
 
-__all__ = ["no_leaks", "recordings", "workspace"]
+__all__ = ["no_leaks", "recordings", "state_dir", "workspace"]
 
 
 @pytest.fixture
