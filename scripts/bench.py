@@ -387,6 +387,7 @@ async def phase_cold_start(bench: Bench) -> None:
     close: dict[str, list[float]] = {"raw": [], "bridge": []}
     gone: dict[str, list[float]] = {"raw": [], "bridge": []}
     left: dict[str, list[int]] = {"raw": [], "bridge": []}
+    probe_ms: list[float] = []
 
     async def once(kind: str) -> tuple[float, float, float | None, int]:
         started = time.perf_counter()
@@ -394,6 +395,10 @@ async def phase_cold_start(bench: Bench) -> None:
         await session.open()
         _check_one(await session.cell(TRIVIAL))
         ready = time.perf_counter() - started
+        if isinstance(session, BridgeSession):
+            probe = session.client.status().extra.get("probe", {}).get("ms")
+            if probe is not None:
+                probe_ms.append(probe)
         tree = session.snapshot()
         if kind == "bridge" and bench.serve_args is None:
             take_serve_args(bench, session)
@@ -433,6 +438,9 @@ async def phase_cold_start(bench: Bench) -> None:
         median(ms["raw"]),
         median(ms["bridge"]),
     )
+    import bench_confinement  # beside this script
+
+    bench_confinement.record(bench, probe_ms, median(ms["bridge"]), reps=5 if bench.quick else 20)
     bench.details["first_session_in_process_ms"] = {
         "raw": first["raw"] * 1000,
         "bridge": first["bridge"] * 1000,

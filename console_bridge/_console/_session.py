@@ -235,6 +235,7 @@ class AsyncConsole(NotCopyable):
         self._state = "new"
         self._cell_open = False
         self._probe_checked = 0
+        self._probe_ms: float | None = None
         self._close_reason: str | None = None
 
     def __repr__(self) -> str:
@@ -437,7 +438,9 @@ class AsyncConsole(NotCopyable):
         workspace_writable = str(self.workspace) in writable or "workspace" in writable
         code = await anyio.to_thread.run_sync(lambda: self._confined.probe_cell(base, workspace_writable, language))
         conn = self._require("probe")
+        began = time.perf_counter()
         result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+        self._probe_ms = (time.perf_counter() - began) * 1000
         if result.running:
             raise CallTimeout(
                 f"the confinement probe did not finish within startup_timeout={self.startup_timeout:g}s; the "
@@ -506,6 +509,7 @@ class AsyncConsole(NotCopyable):
             pid=self.pid,
             tmpdir=self._tmpdir,
             limits=self._confined.reports(),
+            extra={"probe": {"checked": self._probe_checked, "ms": self._probe_ms}},
             session_id=self._confined.entry.id if self._confined.entry else None,
             supervisor_pid=self._confined.entry.supervisor_pid if self._confined.entry else None,
             deny_read=tuple(self._confined.deny),

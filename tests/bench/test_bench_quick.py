@@ -35,6 +35,9 @@ METRICS = {
     "concurrent_n_per_call_ms",
     "concurrent_overhead_factor",
     "idle_cpu_per_session",
+    "supervisor_start_added_ms",
+    "probe_cell_ms",
+    "probe_share_of_cold_start",
 }
 TARGETS = {"warm_rtt_ratio", "cold_start_ratio", "run_completion_lag", "idle_close", "cancel"}
 
