@@ -52,7 +52,7 @@ def ps_command(as_json: bool) -> None:
     """List every live console session of this user (any process), after sweeping dead ones.
 
     \b
-    Example:
+    Examples:
       console-bridge ps
       console-bridge ps --json | jq '.[] | select(.owner == "agent-1") | .id'
     """
@@ -83,8 +83,9 @@ def kill_command(ids: tuple[str, ...], force: bool, timeout: float) -> None:
     The process that owns the session sees it closed (ConnectionClosed).
 
     \b
-    Example:
+    Examples:
       console-bridge kill 20261130T061501-1a2b3c4d
+      console-bridge kill --force $(console-bridge ps --json | jq -r '.[].id')
     """
     live = {entry.id: entry for entry in _live()}
     unknown = [session_id for session_id in ids if session_id not in live]

@@ -48,7 +48,7 @@ def test_version_through_the_entry_point(cb: Runner) -> None:
 def test_top_level_help_lists_the_commands() -> None:
     usage = CliRunner().invoke(cli, ["--help"], prog_name="console-bridge")
     assert usage.exit_code == 0
-    for name in ("run", "doctor", "profiles", "recordings"):
+    for name in ("run", "doctor", "profiles", "recordings", "ps", "kill"):
         assert f"  {name} " in usage.output
 
 
