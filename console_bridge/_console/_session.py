@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -17,7 +18,8 @@ import platformdirs
 
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
 from console_bridge._connection._handles import NotCopyable, ToolHandle
-from console_bridge._console._cells import BEING_POLLED, BUSY, bridge_hint, read_notices
+from console_bridge._console._cells import BEING_POLLED, BUSY, CellNotice, bridge_hint, split_response
+from console_bridge._console._events import CallEvents, EventTail, events_file
 from console_bridge._console._launch import (
     check_project_config,
     check_project_overrides,
@@ -26,10 +28,18 @@ from console_bridge._console._launch import (
     validate_root,
     worker_python,
 )
+from console_bridge._console._outcome import (
+    OutcomeLog,
+    python_startup_code,
+    r_profile_text,
+    worker_exited_failure,
+    yaml_string,
+)
 from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._version import Binary, check_binary, resolve_command
+from console_bridge._console._worker_env import missing_modules
 from console_bridge._errors import (
     ApprovalDenied,
     Busy,
@@ -44,7 +54,7 @@ from console_bridge._errors import (
 )
 from console_bridge._governance._policy import ApprovalRequest, Policy, run_approver
 from console_bridge._identity import Owner, check_owner, current_owner
-from console_bridge._results import CellResult, ToolResult
+from console_bridge._results import CellFailure, CellResult, ToolResult
 from console_bridge._transport._stdio import base_environment
 
 __all__ = ["AsyncConsole", "ConsoleStatus"]
@@ -81,12 +91,25 @@ class ConsoleStatus:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _cell_from(result: ToolResult, elapsed: float, *, is_error: bool = False) -> CellResult:
-    notice = read_notices(result.text)
-    hint = bridge_hint(result.text)
+def _cell_from(
+    result: ToolResult,
+    elapsed: float,
+    notice: CellNotice,
+    *,
+    is_error: bool = False,
+    error: CellFailure | None = None,
+) -> CellResult:
+    """One observation: the cell's output only (the server's status notices are in the fields)."""
+    hint = bridge_hint(notice.output)
+    text = notice.output if hint is None else f"{notice.output.rstrip(chr(10))}\n{hint}\n"
+    content = result.content
+    if text != result.text:
+        # The text blocks carry the notices too; keep the images and other blocks, one clean text block.
+        others = [block for block in result.content if block.get("type") != "text"]
+        content = ([{"type": "text", "text": text}] if text else []) + others
     return CellResult(
-        text=result.text if hint is None else f"{result.text.rstrip(chr(10))}\n{hint}\n",
-        content=result.content,
+        text=text,
+        content=content,
         images=result.images,
         structured=result.structured,
         is_error=is_error or result.is_error,
@@ -98,13 +121,16 @@ def _cell_from(result: ToolResult, elapsed: float, *, is_error: bool = False) ->
         waiting_for_input=notice.waiting_for_input,
         prompt=notice.prompt,
         worker_exited=notice.worker_exited,
+        error=error,
+        idle=notice.idle,
     )
 
 
 def _merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -> CellResult:
-    """One result for a whole cell: the outputs (status notices removed) and every image."""
+    """One result for a whole cell: every chunk's output and image, and the cell's failure."""
     last = chunks[-1]
-    text = "".join(read_notices(chunk.text).output for chunk in chunks)
+    text = "".join(chunk.text for chunk in chunks)
+    errors = [chunk.error for chunk in chunks if chunk.error is not None]
     return CellResult(
         text=text,
         content=[block for chunk in chunks for block in chunk.content],
@@ -119,6 +145,7 @@ def _merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -
         waiting_for_input=last.waiting_for_input,
         prompt=last.prompt,
         worker_exited=any(chunk.worker_exited for chunk in chunks),
+        error=errors[0] if errors else None,
     )
 
 
@@ -159,6 +186,8 @@ class AsyncConsole(NotCopyable):
         policy: Policy | None = None,
         version_timeout: float = 10.0,
         shutdown_grace: float = 3.0,
+        stream_window: float = 0.25,
+        events_wait: float = 2.0,
     ) -> None:
         ws = Path(workspace).expanduser()
         if not ws.is_dir():
@@ -216,6 +245,19 @@ class AsyncConsole(NotCopyable):
         self._description = ""
         self._recording: Recording | None = None
         self._state = "new"
+        #: observation window of run() while on_output is given (output at most this late)
+        self.stream_window = float(stream_window)
+        #: how long a call waits for the server's recording of it (the protocol-level cell status)
+        self.events_wait = float(events_wait)
+        self._nonce = secrets.token_hex(8)
+        self._events = EventTail()
+        self._outcomes: OutcomeLog | None = None
+        self._mark: tuple[Path | None, int] | None = None
+        self._cell_language: str | None = None
+        self._sql_withheld: str | None = None
+        self._notices: list[str] = []
+        self._last_notice = split_response("", ended=True)
+        self._last_started_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -242,23 +284,49 @@ class AsyncConsole(NotCopyable):
         c_args, expected = translate(self._profile, binary.version, self.workspace, self._roots)
         argv = ["serve", "--no-global-config" if self.project_config else "--no-config"]
         argv += ["-c", f"python={python}", *c_args, *self._extra_args]
-        langs = ", ".join(self.languages)
+        langs = ", ".join(self.server_languages)
         argv += ["-c", f"languages=[{langs}]"]
         if "r" in self.languages:
             argv += ["-c", "r.resolution=disabled", "-c", "r.packages=[]"]
-        if "sql" in self.languages and "python" in self.languages and find_r() is not None:
-            # With R installed, SQL goes to R's DuckDB; let Python own it instead.
-            argv += [
-                "-c",
-                "startup.language=python",
-                "-c",
-                'startup.code="import duckdb; _console.sql_connection(duckdb.connect())"',
-            ]
+        if "python" in self.languages:
+            # One startup entry does both: the outcome hooks (see _outcome) and, for SQL, a
+            # DuckDB connection that Python owns (with R installed SQL would go to R's DuckDB).
+            sql = "sql" in self.server_languages
+            code = python_startup_code(self._nonce, sql=sql)
+            argv += ["-c", "startup.language=python", "-c", f"startup.code={yaml_string(code)}"]
         if self.dependencies == "deny":
             argv += ["-c", "tool.parameters.requirements.enabled=false"]
         for root in self._roots:
             argv += ["--writable-root", str(root)]
         return argv, expected
+
+    @property
+    def server_languages(self) -> tuple[str, ...]:
+        """The languages the server offers: ``languages`` minus SQL when it is withheld."""
+        if self._sql_withheld is not None:
+            return tuple(lang for lang in self.languages if lang != "sql")
+        return self.languages
+
+    def _check_worker_env(self, python: Path) -> None:
+        """SQL needs duckdb in the worker's Python: without it SQL is withheld with one notice."""
+        if "sql" not in self.languages or "python" not in self.languages:
+            return
+        missing = missing_modules(python, ("duckdb",), timeout=self.version_timeout)
+        if missing and "duckdb" in missing:
+            self._sql_withheld = (
+                f"SQL is withheld: the worker's Python ({python}) cannot import duckdb. Install it there "
+                "(`pip install duckdb`, or the console-bridge[datascience] extra) or pass python= pointing at "
+                "an environment that has it; Python cells are unaffected."
+            )
+            self._notices.append(self._sql_withheld)
+
+    def _outcome_env(self, tmpdir: Path) -> dict[str, str]:
+        """The R hook: an R_PROFILE_USER file in the private TMPDIR (it sources the user's own)."""
+        if "r" not in self.languages:
+            return {}
+        profile = tmpdir / "console-bridge.Rprofile"
+        profile.write_text(r_profile_text(self._nonce, self._env.get("R_PROFILE_USER")), encoding="utf-8")
+        return {"R_PROFILE_USER": str(profile)}
 
     async def start(self) -> None:
         """Check, launch and verify; raise before any call when anything does not check out.
@@ -283,12 +351,19 @@ class AsyncConsole(NotCopyable):
                     lambda: check_project_overrides(binary.path, self.workspace, timeout=self.version_timeout)
                 )
             python = await anyio.to_thread.run_sync(lambda: worker_python(self._python))
+            await anyio.to_thread.run_sync(lambda: self._check_worker_env(python))
             self._abort_if_closed()
             argv, self._expected = self._serve_args(binary, python)
             base = self.recordings_base
             base.mkdir(parents=True, exist_ok=True)
             self._tmpdir = Path(tempfile.mkdtemp(prefix="console-bridge-"))
-            env = base_environment() | self._env | {"TMPDIR": str(self._tmpdir), "MCP_CONSOLE_HOME": str(base)}
+            self._outcomes = OutcomeLog(self._tmpdir, self._nonce)
+            env = (
+                base_environment()
+                | self._env
+                | self._outcome_env(self._tmpdir)
+                | {"TMPDIR": str(self._tmpdir), "MCP_CONSOLE_HOME": str(base)}
+            )
             config = {
                 "mcpServers": {
                     SERVER: {"command": str(binary.path), "args": argv, "env": env, "cwd": str(self.workspace)}
@@ -347,7 +422,7 @@ class AsyncConsole(NotCopyable):
         tool = page.items[0]
         schema = tool.get("inputSchema") or {}
         props = schema.get("properties") or {}
-        required = {"control", "stdin", "timeout_ms", *self.languages}
+        required = {"control", "stdin", "timeout_ms", *self.server_languages}
         missing = sorted(required - set(props))
         if missing:
             raise VerificationFailed(
@@ -356,7 +431,7 @@ class AsyncConsole(NotCopyable):
                 server=SERVER,
                 pid=conn.pid,
             )
-        unexpected = sorted(set(props) & set(LANGUAGES) - set(self.languages))
+        unexpected = sorted(set(props) & set(LANGUAGES) - set(self.server_languages))
         if unexpected:
             raise VerificationFailed(
                 f"the send tool offers language(s) {', '.join(unexpected)} that were not requested; stopped",
@@ -460,6 +535,7 @@ class AsyncConsole(NotCopyable):
             recording=recording.path if recording else None,
             pid=self.pid,
             tmpdir=self._tmpdir,
+            extra={"notices": list(self._notices)} if self._notices else {},
         )
 
     # ---------------------------------------------------------------- cells
@@ -486,6 +562,8 @@ class AsyncConsole(NotCopyable):
         for lang, code in given.items():
             if lang not in self.languages:
                 raise NotAllowed(f"language {lang!r} is not enabled for this console (languages={self.languages})")
+            if lang == "sql" and self._sql_withheld is not None:
+                raise NotAllowed(self._sql_withheld)
             if not isinstance(code, str):
                 raise NotAllowed(f"{lang}= must be a string of code")
         return given
@@ -494,6 +572,10 @@ class AsyncConsole(NotCopyable):
         """One ``send``. An error result raises :class:`ServerError`, except a worker exit (a
         result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
         conn = self._require("send")
+        language = next((lang for lang in LANGUAGES if lang in args), None)
+        if language is not None:
+            self._cell_language = language
+            self._mark = self._outcomes.mark() if self._outcomes is not None else None
         started = time.monotonic()
         try:
             result = await conn.call_tool("send", args)
@@ -507,14 +589,60 @@ class AsyncConsole(NotCopyable):
                     "(nothing was queued)",
                     server=SERVER,
                 ) from None
-            cell = _cell_from(exc.result, time.monotonic() - started, is_error=True)
-            notice = read_notices(text)
-            if notice.worker_exited or notice.restart_required or errors_as_results:
-                if notice.restart_required:
+            cell = await self._observe(exc.result, started, is_error=True)
+            if cell.worker_exited or self._last_notice.restart_required or errors_as_results:
+                if self._last_notice.restart_required:
                     await self._restart_worker()
                 return cell
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
-        return _cell_from(result, time.monotonic() - started)
+        return await self._observe(result, started)
+
+    async def _observe(self, result: ToolResult, started: float, *, is_error: bool = False) -> CellResult:
+        """Read the server's status of this call from its recording, and the cell's outcome."""
+        events = await self._call_events(result.text)
+        ended = None if events is None else events.ended
+        # Without the recording the cell counts as started now (timeouts stay bounded).
+        self._last_started_at = time.time() if events is None else events.started_at
+        notice = split_response(result.text, ended=ended, is_error=is_error or result.is_error)
+        self._last_notice = notice
+        error: CellFailure | None = None
+        unknown_done = ended is None and not (notice.running or notice.waiting_for_input)
+        finished = bool(ended) or notice.worker_exited or unknown_done
+        if finished and self._mark is not None:
+            if self._outcomes is not None:
+                records = self._outcomes.read_since(self._mark)
+                for _topic, message in records.notices:
+                    if message not in self._notices:
+                        self._notices.append(message)
+                if records.failures:
+                    error = records.failures[0]
+            if error is None and notice.worker_exited:
+                error = worker_exited_failure(self._cell_language or "", notice.exit_status)
+            self._mark = None
+        return _cell_from(result, time.monotonic() - started, notice, is_error=is_error, error=error)
+
+    async def _call_events(self, text: str) -> CallEvents | None:
+        """The recording's account of the call that returned ``text`` (None: not recorded in time)."""
+        deadline = time.monotonic() + self.events_wait
+        while True:
+            if self._events.path is None:
+                recording = self.recording
+                path = events_file(recording.path) if recording is not None else None
+                if path is not None:
+                    self._events.attach(path)
+            if self._events.path is not None:
+                found = self._events.next_call(text)
+                if found is not None:
+                    return found
+            if time.monotonic() >= deadline:
+                note = (
+                    "the server's recording did not show a call within events_wait; cell status was read from "
+                    "the response text alone"
+                )
+                if note not in self._notices:
+                    self._notices.append(note)
+                return None
+            await anyio.sleep(0.002)
 
     async def _restart_worker(self) -> None:
         conn = self._require("restart")
@@ -555,12 +683,17 @@ class AsyncConsole(NotCopyable):
         sql: str | None = None,
         timeout: float | None = None,
         on_output: Callable[[CellResult], Any] | None = None,
+        check: bool = False,
     ) -> CellResult:
-        """Submit a cell and poll with full windows until it is done; return the whole output.
+        """Submit a cell and poll until it is done; return the whole output (``error`` set when it failed).
 
-        Past ``timeout`` seconds the cell is interrupted (restarted if the interrupt does
-        not take) and :class:`CellTimeout` is raised with the output so far; the session
-        stays usable. ``on_output`` sees each chunk as it arrives.
+        ``timeout`` counts the cell itself, from the moment the worker started it; worker
+        startup has its own bound (``startup_timeout``). Past either the cell is interrupted
+        (restarted if the interrupt does not take) and :class:`CellTimeout` is raised with
+        the output so far; the session stays usable. ``on_output`` receives each piece of
+        the cell's output as it arrives (polled in ``stream_window`` slices, whatever
+        ``poll_window`` is); chunks never hold server notices. ``check=True`` raises
+        :class:`CellError` when the cell failed (see :meth:`CellResult.raise_for_error`).
         """
         code = self._code_args(python, r, sql)
         if not code:
@@ -568,32 +701,55 @@ class AsyncConsole(NotCopyable):
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
             raise NotAllowed(f"timeout must be a positive number of seconds, not {timeout!r}")
         started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
+        startup_deadline = started + self.startup_timeout
+        deadline: float | None = None
+        cell_started = False
         chunks: list[CellResult] = []
         args: dict[str, Any] = dict(code)
+        reason = ""
         while True:
-            window = (
-                self.poll_window if deadline is None else max(0.0, min(self.poll_window, deadline - time.monotonic()))
-            )
+            now = time.monotonic()
+            window = self.poll_window
+            if on_output is not None or (timeout is not None and not cell_started):
+                window = min(window, self.stream_window)
+            limit = deadline if deadline is not None else (startup_deadline if not cell_started else None)
+            if limit is not None:
+                window = max(0.0, min(window, limit - now))
             args["timeout_ms"] = int(window * 1000)
             chunk = await self._call(args)
             chunks.append(chunk)
-            if on_output is not None:
+            if not cell_started and (self._last_started_at is not None or chunk.text or not chunk.running):
+                cell_started = True
+                begun = time.monotonic()
+                if self._last_started_at is not None:
+                    begun -= max(0.0, time.time() - self._last_started_at)
+                if timeout is not None:
+                    deadline = begun + timeout
+            if on_output is not None and (chunk.text or chunk.images or not chunk.running):
                 outcome = on_output(chunk)
                 if isinstance(outcome, Awaitable):
                     await outcome
             if not chunk.running:
-                return _merge(chunks, time.monotonic() - started)
-            if deadline is not None and time.monotonic() >= deadline:
+                result = _merge(chunks, time.monotonic() - started)
+                return result.raise_for_error() if check else result
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                reason = f"the cell ran past timeout={timeout:g}s; it was interrupted and the session lives on"
+                break
+            if not cell_started and now >= startup_deadline:
+                reason = (
+                    f"the worker did not start the cell within startup_timeout={self.startup_timeout:g}s (the cell "
+                    "never ran); it was stopped and the session lives on. Raise startup_timeout on a slow machine."
+                )
                 break
             args = {}
         chunks.extend(await self._stop_cell())
         partial = _merge(chunks, time.monotonic() - started)
         raise CellTimeout(
-            f"the cell ran past timeout={timeout:g}s; it was interrupted and the session lives on "
-            "(the output so far is on .result)",
+            f"{reason} (the output so far is on .result)",
             result=partial,
             server=SERVER,
+            details={"cell_started": cell_started},
         )
 
     async def _stop_cell(self, grace_ms: int = 5000) -> list[CellResult]:
@@ -603,7 +759,7 @@ class AsyncConsole(NotCopyable):
         chunks = [await self._call({"control": "interrupt", "timeout_ms": grace_ms}, errors_as_results=True)]
         if chunks[-1].running:
             chunks.append(await self._call({"timeout_ms": grace_ms}, errors_as_results=True))
-        if chunks[-1].running or chunks[0].is_error:
+        if chunks[-1].running or (chunks[0].is_error and chunks[0].error is None):
             # Still running, or the interrupt broke worker startup: a fresh worker makes the
             # session usable again (a worker that never started held no state).
             chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}, errors_as_results=True))
@@ -660,7 +816,8 @@ class AsyncConsole(NotCopyable):
         later call would fail (the model cannot restart by itself).
         """
         result = await self._call({"control": "interrupt", "timeout_ms": timeout_ms}, errors_as_results=True)
-        if result.is_error and not result.worker_exited:
+        if result.is_error and result.error is None:
+            # A server error result (not the cell's KeyboardInterrupt, not a worker exit).
             await self._restart_worker()
         return result
 

@@ -379,7 +379,8 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
         run.status, run.elapsed = "ok", 0.0
         return True
     try:
-        result = await console.run(**{language: run.source.code}, timeout=remaining, on_output=on_output)
+        code: dict[str, Any] = {language: run.source.code}
+        result = await console.run(**code, timeout=remaining, on_output=on_output)
     except CellTimeout as exc:
         # What the interrupt itself printed (where the code was): not streamed by on_output.
         partial = exc.result.text if exc.result is not None else ""
