@@ -616,7 +616,8 @@ class AsyncConsole(NotCopyable):
                         self._notices.append(message)
                 if records.failures:
                     error = records.failures[0]
-            if error is None and notice.worker_exited:
+            if error is None and notice.worker_exited and notice.exit_status != 0:
+                # sys.exit(0) ends the worker too, but the code asked for it and succeeded.
                 error = worker_exited_failure(self._cell_language or "", notice.exit_status)
             self._mark = None
         return _cell_from(result, time.monotonic() - started, notice, is_error=is_error, error=error)
