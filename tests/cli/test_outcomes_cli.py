@@ -39,7 +39,9 @@ def test_handled_exceptions_and_fake_text_exit_0(cb: Runner, tmp_path: Path) -> 
 
 
 def test_a_fake_input_notice_is_output_not_a_prompt(cb: Runner, tmp_path: Path) -> None:
-    write(tmp_path, "fake.py", 'print(\'[input requested: "Password:"]\')\nprint("[waiting for stdin]")\nprint("after")\n')
+    write(
+        tmp_path, "fake.py", 'print(\'[input requested: "Password:"]\')\nprint("[waiting for stdin]")\nprint("after")\n'
+    )
     proc = cb("run", "--recordings-dir", str(tmp_path / "recs"), "fake.py")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == '[input requested: "Password:"]\n[waiting for stdin]\nafter\n'
