@@ -137,6 +137,22 @@ def _console_bridge_install(_dir_name, _want_sql):
 
     threading.excepthook = on_thread_error
 
+    class NoSQL:
+        """Never used: SQL cells are not offered when SQL is off (the worker insists on a connection)."""
+
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+
+            def call(*args, **kwargs):
+                return self
+
+            return call
+
+    if not _want_sql:
+        _console.sql_connection(NoSQL())
+        return
+
     if _want_sql:
         try:
             import duckdb
@@ -145,6 +161,7 @@ def _console_bridge_install(_dir_name, _want_sql):
                     "message": f"SQL is withheld: duckdb cannot be imported in the worker's Python "
                                f"({sys.executable}): {exc}. Install it there (pip install duckdb, or "
                                f"console-bridge[datascience])."})
+            _console.sql_connection(NoSQL())
             return
 
         class Connection:
