@@ -33,7 +33,7 @@ def _notebook(workspace: Path, recordings: Path) -> nbformat.NotebookNode:
         "%load_ext console_bridge",
         "import os\nprint('kernel pid', os.getpid())",
         f"%%console {options}\nx = 41\nprint('x is set')",
-        "%%console\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
+        "%%console\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
         "%%console\nraise ValueError('the notebook stops here')",
         "%%console\nprint('never runs', x + 1)",
     ]
@@ -73,6 +73,6 @@ def test_a_failing_console_cell_stops_the_notebook_there(tmp_path: Path) -> None
     assert outputs[5] == []  # the cell after the failure never ran
     # Nothing the kernel's session started survives the kernel's shutdown.
     assert kernel_pid is not None and tree
-    gone, alive = psutil.wait_procs(tree, timeout=10)
+    _gone, alive = psutil.wait_procs(tree, timeout=10)
     assert alive == [], f"processes outlived the kernel: {alive}"
     assert not [p for p in tmp.iterdir() if p.name.startswith("console-bridge-")]
