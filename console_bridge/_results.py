@@ -7,7 +7,7 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["CellFailure", "CellResult", "FailureKind", "Image", "ToolResult", "result_from_content"]
+__all__ = ["CellFailure", "CellResult", "FailureKind", "Image", "ToolResult", "block_text", "result_from_content"]
 
 FailureKind = Literal["exception", "limit", "worker_exited"]
 
@@ -32,7 +32,8 @@ class Image:
 class ToolResult:
     """What a tool call returned.
 
-    ``text`` joins the text blocks; ``content`` holds every MCP content block as a
+    ``text`` joins the text blocks, the text of embedded resources and a line naming
+    each binary resource and resource link; ``content`` holds every MCP content block as a
     JSON-ready dict; ``images`` the decoded images; ``structured`` the structured
     content, if any; ``truncated`` is true when the output cap cut something (a
     visible marker says so in ``text``).
@@ -146,6 +147,31 @@ def decode_image(block: dict[str, Any]) -> Image | None:
     return Image(mime_type=str(block.get("mimeType", "application/octet-stream")), data=data)
 
 
+def block_text(block: dict[str, Any]) -> str | None:
+    """What a content block contributes to ``ToolResult.text`` (None: nothing, an image say).
+
+    Text blocks give their text; an embedded resource its text, or a line naming it when
+    it is binary; a ``resource_link`` a line naming the link (nothing is fetched).
+    """
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "resource":
+        resource = block.get("resource")
+        if not isinstance(resource, dict):
+            return None
+        if "text" in resource:
+            return str(resource.get("text", ""))
+        uri, mime = resource.get("uri", "?"), resource.get("mimeType") or "binary"
+        size = len(str(resource.get("blob", ""))) * 3 // 4
+        return f"[embedded resource {uri} ({mime}, about {size} bytes)]"
+    if kind == "resource_link":
+        name, uri = block.get("name") or block.get("title") or "", block.get("uri", "?")
+        mime = block.get("mimeType")
+        return f"[resource link {name + ': ' if name else ''}{uri}{f' ({mime})' if mime else ''}]"
+    return None
+
+
 def result_from_content(
     content: list[dict[str, Any]],
     *,
@@ -156,7 +182,7 @@ def result_from_content(
     tool: str,
 ) -> ToolResult:
     """Build a :class:`ToolResult` from JSON content blocks."""
-    texts = [str(block.get("text", "")) for block in content if block.get("type") == "text"]
+    texts = [text for block in content if (text := block_text(block)) is not None]
     images = [img for block in content if block.get("type") == "image" if (img := decode_image(block))]
     return ToolResult(
         text="\n".join(texts),
