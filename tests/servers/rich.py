@@ -57,10 +57,14 @@ async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> types.Call
                 content=[
                     types.TextContent(text="see the attachments"),
                     types.EmbeddedResource(
-                        resource=types.TextResourceContents(uri="note://a", text="embedded text", mime_type="text/plain")
+                        resource=types.TextResourceContents(
+                            uri="note://a", text="embedded text", mime_type="text/plain"
+                        )
                     ),
                     types.EmbeddedResource(
-                        resource=types.BlobResourceContents(uri="file:///data.bin", blob=blob, mime_type="application/x")
+                        resource=types.BlobResourceContents(
+                            uri="file:///data.bin", blob=blob, mime_type="application/x"
+                        )
                     ),
                     types.ResourceLink(name="report", uri="file:///report.csv", mime_type="text/csv"),
                 ]
