@@ -36,7 +36,7 @@ from console_bridge._console._outcome import (
     yaml_string,
 )
 from console_bridge._console._profiles import Profile, load_profile, translate
-from console_bridge._console._recordings import Recording, find_recording
+from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._version import Binary, check_binary, resolve_command
 from console_bridge._console._worker_env import missing_modules
@@ -622,6 +622,31 @@ class AsyncConsole(NotCopyable):
             self._mark = None
         return _cell_from(result, time.monotonic() - started, notice, is_error=is_error, error=error)
 
+    def _note_recording(self, recording: Recording) -> None:
+        """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
+        import getpass
+
+        from console_bridge import __version__
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = None
+        info = {
+            "run_id": recording.run_id,
+            "workspace": str(self.workspace),
+            "profile": self._profile.name,
+            "owner": str(self.owner),
+            "user": user,
+            "uid": os.getuid(),
+            "languages": list(self.languages),
+            "mcp_console": self.version,
+            "console_bridge": __version__,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        with contextlib.suppress(OSError):
+            write_sidecar(recording.path, info)
+
     async def _call_events(self, text: str) -> CallEvents | None:
         """The recording's account of the call that returned ``text`` (None: not recorded in time)."""
         deadline = time.monotonic() + self.events_wait
@@ -629,8 +654,9 @@ class AsyncConsole(NotCopyable):
             if self._events.path is None:
                 recording = self.recording
                 path = events_file(recording.path) if recording is not None else None
-                if path is not None:
+                if path is not None and recording is not None:
                     self._events.attach(path)
+                    self._note_recording(recording)
             if self._events.path is not None:
                 found = self._events.next_call(text)
                 if found is not None:
