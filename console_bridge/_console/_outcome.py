@@ -68,6 +68,8 @@ def _console_bridge_install(_dir_name, _want_sql):
     folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", _dir_name)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     path = os.path.join(folder, "outcomes.jsonl")
+    # Created now, so the bridge finds it once and then only reads it.
+    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
 
     def record(entry):
         try:
@@ -218,6 +220,8 @@ _R_PROFILE = r"""
 local({
   folder <- file.path(Sys.getenv("TMPDIR"), %(dir)s)
   user <- %(user)s
+  dir.create(folder, showWarnings = FALSE, mode = "0700")
+  if (!file.exists(file.path(folder, "outcomes.jsonl"))) file.create(file.path(folder, "outcomes.jsonl"))
   if (nzchar(user) && file.exists(user)) sys.source(user, envir = globalenv())
   esc <- function(s) {
     s <- enc2utf8(paste(as.character(s), collapse = "\n"))
