@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import shutil
@@ -147,6 +148,32 @@ def _merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -
         worker_exited=any(chunk.worker_exited for chunk in chunks),
         error=errors[0] if errors else None,
     )
+
+
+def _for_model(result: CellResult) -> CellResult:
+    """The model's view of a result: its status as the server words it, after the output.
+
+    The model drives the cell through the ``send`` tool alone, so it needs to read that
+    the cell still runs or waits for input, and that it failed; the host's CellResult
+    keeps these in fields instead.
+    """
+    lines: list[str] = []
+    if result.waiting_for_input:
+        if result.prompt is not None:
+            lines.append(f'[input requested: "{result.prompt}"]')
+        lines.append("[waiting for stdin]")
+    if result.running:
+        lines.append("[running; poll with an empty send]")
+    if result.idle:
+        lines.append("[idle]")
+    if result.error is not None and result.error.kind != "worker_exited":
+        lines.append(f"[console-bridge: the cell failed: {result.error}]".replace("\n", " "))
+    if not lines:
+        return result
+    text = result.text if not result.text or result.text.endswith("\n") else result.text + "\n"
+    text += "\n".join(lines)
+    others = [block for block in result.content if block.get("type") != "text"]
+    return dataclasses.replace(result, text=text, content=[{"type": "text", "text": text}, *others])
 
 
 class AsyncConsole(NotCopyable):
@@ -573,9 +600,7 @@ class AsyncConsole(NotCopyable):
         result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
         conn = self._require("send")
         language = next((lang for lang in LANGUAGES if lang in args), None)
-        if language is not None:
-            self._cell_language = language
-            self._mark = self._outcomes.mark() if self._outcomes is not None else None
+        mark = self._outcomes.mark() if language is not None and self._outcomes is not None else None
         started = time.monotonic()
         try:
             result = await conn.call_tool("send", args)
@@ -589,13 +614,23 @@ class AsyncConsole(NotCopyable):
                     "(nothing was queued)",
                     server=SERVER,
                 ) from None
+            self._submitted(language, mark)
             cell = await self._observe(exc.result, started, is_error=True)
             if cell.worker_exited or self._last_notice.restart_required or errors_as_results:
                 if self._last_notice.restart_required:
                     await self._restart_worker()
                 return cell
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
+        self._submitted(language, mark)
         return await self._observe(result, started)
+
+    def _submitted(self, language: str | None, mark: tuple[Path | None, int] | None) -> None:
+        """A cell was accepted: its outcome is what the hooks append after ``mark``.
+
+        (A refused submission, Busy, leaves the running cell's mark alone.)"""
+        if language is not None:
+            self._cell_language = language
+            self._mark = mark
 
     async def _observe(self, result: ToolResult, started: float, *, is_error: bool = False) -> CellResult:
         """Read the server's status of this call from its recording, and the cell's outcome."""
@@ -932,8 +967,8 @@ class AsyncConsole(NotCopyable):
                 why = f"the approval gate raised {error}" if error else "the approval gate said no"
                 raise ApprovalDenied(f"send was not approved: {why}; nothing was run", server=SERVER)
         if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
-            return await self._interrupt_cell(args["timeout_ms"])
-        return await self._call(args)
+            return _for_model(await self._interrupt_cell(args["timeout_ms"]))
+        return _for_model(await self._call(args))
 
     def _audit_refusal(self, arguments: Mapping[str, Any], reason: str) -> None:
         log = self.policy.audit_log

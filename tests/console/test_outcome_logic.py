@@ -145,3 +145,16 @@ def test_startup_code_is_valid_python_and_a_yaml_string() -> None:
         assert json.loads(yaml_string(code)) == code
     profile = r_profile_text("abc", "/home/u/.Rprofile")
     assert outcome_dir_name("abc") in profile and "/home/u/.Rprofile" in profile
+
+
+def test_the_model_reads_the_status_after_the_output() -> None:
+    from console_bridge._console._session import _for_model
+
+    running = _for_model(CellResult(text="a\n", running=True))
+    assert running.text == "a\n[running; poll with an empty send]"
+    asked = _for_model(CellResult(text="", waiting_for_input=True, prompt="name? "))
+    assert asked.text == '[input requested: "name? "]\n[waiting for stdin]'
+    failed = _for_model(CellResult(text="Traceback ...\n", error=CellFailure("python", "ValueError", "bad")))
+    assert failed.text.endswith("[console-bridge: the cell failed: ValueError: bad]")
+    plain = CellResult(text="42\n")
+    assert _for_model(plain) is plain
