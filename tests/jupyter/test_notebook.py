@@ -60,8 +60,11 @@ def test_a_failing_console_cell_stops_the_notebook_there(tmp_path: Path) -> None
                     kernel_pid = int(nb.cells[1].outputs[0]["text"].split()[-1])
                     tree = psutil.Process(kernel_pid).children(recursive=True)
     finally:
+        if client.kc is not None:
+            client.kc.stop_channels()
         if km.has_kernel:
             km.shutdown_kernel(now=False)  # what nbconvert does when the run ends
+        km.cleanup_resources()
     assert "ValueError" in str(caught.value) and "CellError" in str(caught.value)
     outputs = [cell.get("outputs", []) for cell in nb.cells]
     assert any("x is set" in out.get("text", "") for out in outputs[2])
