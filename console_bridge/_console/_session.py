@@ -31,6 +31,7 @@ from console_bridge._console._launch import (
 )
 from console_bridge._console._outcome import (
     OutcomeLog,
+    limit_failure,
     python_startup_code,
     r_profile_text,
     worker_exited_failure,
@@ -284,6 +285,10 @@ class AsyncConsole(NotCopyable):
         self._sql_withheld: str | None = None
         self._notices: list[str] = []
         self._last_notice = split_response("", ended=True)
+        #: Hook for the confinement layer: called when a cell ended with a failure or a worker
+        #: exit; returns ``(limit_name, detail)`` when a resource limit stopped it (cgroup
+        #: counters), else None. The failure then becomes ``limit_failure(...)`` (kind "limit").
+        self.limit_check: Callable[[], tuple[str, str] | None] | None = None
         self._last_started_at: float | None = None
 
     def __repr__(self) -> str:
@@ -654,6 +659,10 @@ class AsyncConsole(NotCopyable):
             if error is None and notice.worker_exited and notice.exit_status != 0:
                 # sys.exit(0) ends the worker too, but the code asked for it and succeeded.
                 error = worker_exited_failure(self._cell_language or "", notice.exit_status)
+            if error is not None and self.limit_check is not None:
+                hit = self.limit_check()
+                if hit is not None:
+                    error = limit_failure(hit[0], self._cell_language or "", hit[1])
             self._mark = None
         return _cell_from(result, time.monotonic() - started, notice, is_error=is_error, error=error)
 

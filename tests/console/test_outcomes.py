@@ -227,3 +227,14 @@ def test_corpus_is_big_enough_with_r() -> None:
         pytest.skip("R is not installed")
     assert len(PYTHON + SQL + R) >= 40
     assert {c.language for c in CORPUS} == {"python", "sql", "r"}
+
+
+def test_the_limit_hook_turns_a_failure_into_a_limit(console: Console) -> None:
+    session = console._async  # the confinement layer sets the hook on the async console
+    session.limit_check = lambda: ("memory", "the session tree reached its memory limit")
+    try:
+        result = console.run(python="raise MemoryError()")
+    finally:
+        session.limit_check = None
+    assert result.error is not None and (result.error.kind, result.error.name) == ("limit", "memory")
+    assert console.run(python="print('ok')").error is None
