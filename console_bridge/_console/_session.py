@@ -290,6 +290,7 @@ class AsyncConsole(NotCopyable):
         #: counters), else None. The failure then becomes ``limit_failure(...)`` (kind "limit").
         self.limit_check: Callable[[], tuple[str, str] | None] | None = None
         self._last_started_at: float | None = None
+        self._events_missing = False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -701,11 +702,15 @@ class AsyncConsole(NotCopyable):
                 if path is not None and recording is not None:
                     self._events.attach(path)
                     self._note_recording(recording)
+                elif self._events_missing:
+                    return None  # already waited once for a recording that never appeared
             if self._events.path is not None:
                 found = self._events.next_call(text)
                 if found is not None:
                     return found
             if time.monotonic() >= deadline:
+                if self._events.path is None:
+                    self._events_missing = True
                 note = (
                     "the server's recording did not show a call within events_wait; cell status was read from "
                     "the response text alone"

@@ -158,3 +158,26 @@ def test_the_model_reads_the_status_after_the_output() -> None:
     assert failed.text.endswith("[console-bridge: the cell failed: ValueError: bad]")
     plain = CellResult(text="42\n")
     assert _for_model(plain) is plain
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+async def test_without_the_recording_status_falls_back_to_the_text_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from console_bridge import AsyncConsole
+    from console_bridge._console import _session
+    from tests.console.conftest import binary_for
+
+    monkeypatch.setattr(_session, "find_recording", lambda base, pid: None)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with AsyncConsole(ws, command=binary_for("0.0.6"), recordings_dir=tmp_path / "r", events_wait=0.3) as c:
+        first = await c.run(python="print('one')")
+        started = time.monotonic()
+        failed = await c.run(python="raise KeyError('k')")
+        assert time.monotonic() - started < 0.25  # no second wait for a recording that is not there
+        assert first.text == "one\n" and failed.error is not None and failed.error.name == "KeyError"
+        assert any("recording did not show" in note for note in c.status().extra["notices"])
