@@ -12,7 +12,11 @@ So the outcome comes from the interpreters themselves, out of band:
 - SQL: the same startup code hands the worker a DuckDB connection wrapped so that a
   failing ``execute`` is recorded (``"Catalog Error"``, ``"Parser Error"``, ...).
 - R: an ``R_PROFILE_USER`` file sets ``options(error=...)``, which R evaluates only
-  for an error nobody handled (not for ``try``/``tryCatch``, not for warnings).
+  for an error nobody handled (not for ``try``/``tryCatch``, not for warnings), and for
+  an interrupt. To tell an interrupt (which brings no new error message) from an error,
+  the hook leaves a sentinel in R's error message after each report: ``geterrmessage()``
+  in a later cell returns that sentinel instead of the last error (the one side effect
+  a cell can see).
 
 Each hook appends one JSON line to ``outcomes.jsonl`` in a private folder of the
 session's ``TMPDIR``; the bridge notes the file's size before a cell and reads what
@@ -232,12 +236,21 @@ local({
     s <- gsub("\t", "\\t", s, fixed = TRUE)
     gsub("[[:cntrl:]]", " ", s)
   }
+  # R runs options(error) for an interrupt too, without a new error message: a sentinel left
+  # in the error message after each report tells the two apart.
+  sentinel <- "console-bridge: no error message since the last report"
+  reset <- function() try(stop(sentinel, call. = FALSE), silent = TRUE)
   hook <- function() {
     try(silent = TRUE, {
       text <- geterrmessage()
       message <- sub("^Error(?: in .*?)? ?:[ \n]*", "", text, perl = TRUE)
       message <- sub("\n+$", "", message)
       name <- "simpleError"
+      if (identical(message, sentinel)) {
+        name <- "interrupt"
+        message <- "the cell was interrupted"
+        text <- message
+      }
       frames <- sys.frames()
       for (frame in rev(frames)) {
         if (exists("cond", envir = frame, inherits = FALSE)) {
@@ -254,8 +267,10 @@ local({
                      "\", \"kind\": \"exception\"}")
       cat(line, "\n", file = file.path(folder, "outcomes.jsonl"), append = TRUE, sep = "")
     })
+    reset()
     invisible(NULL)
   }
+  reset()
   options(error = as.call(list(hook)))
 })
 """

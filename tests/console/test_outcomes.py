@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from console_bridge import CellError, CellResult, Console
+from console_bridge import CellError, CellResult, CellTimeout, Console
 from tests.console.conftest import binary_for
 
 HAS_R = shutil.which("R") is not None
@@ -238,3 +238,14 @@ def test_the_limit_hook_turns_a_failure_into_a_limit(console: Console) -> None:
         session.limit_check = None
     assert result.error is not None and (result.error.kind, result.error.name) == ("limit", "memory")
     assert console.run(python="print('ok')").error is None
+
+
+def test_an_r_interrupt_is_a_failure_named_interrupt(console: Console) -> None:
+    if not HAS_R:
+        pytest.skip("R is not installed")
+    assert console.run(r='stop("an earlier error")').error is not None
+    with pytest.raises(CellTimeout) as caught:
+        console.run(r="i <- 0; while (TRUE) { i <- i + 1 }", timeout=1.5)
+    assert caught.value.result is not None and caught.value.result.error is not None
+    assert caught.value.result.error.name == "interrupt"
+    assert console.run(r="stop('after')").error.message == "after"  # type: ignore[union-attr]
