@@ -31,6 +31,7 @@ class CellNotice:
     worker_exited: bool
     exit_status: int | None
     restart_required: bool
+    starting: bool = False  # the server still prepares the worker ("phase: startup", ...)
 
 
 def read_notices(text: str) -> CellNotice:
@@ -85,7 +86,7 @@ def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> 
     trailing_newline = bool(lines) and lines[-1] == ""
     if trailing_newline:
         lines.pop()
-    running = idle = waiting = False
+    running = idle = waiting = starting = False
     prompt: str | None = None
     if not ended:
         last = lines[-1].strip() if lines else ""
@@ -93,6 +94,7 @@ def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> 
             running = True
             lines.pop()
             if lines and _ELAPSED.match(lines[-1].strip()):
+                starting = "; phase: " in lines[-1]
                 lines.pop()
                 if lines and lines[-1] == "":
                     lines.pop()
@@ -123,7 +125,7 @@ def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> 
     output = "\n".join(lines)
     if output and trailing_newline:
         output += "\n"
-    return CellNotice(output, running, idle, waiting, prompt, exited, status, restart)
+    return CellNotice(output, running, idle, waiting, prompt, exited, status, restart, starting)
 
 
 #: Errors R's reticulate prints when it is too old for mcp-console's Python<->R bridge.

@@ -211,6 +211,10 @@ def _console_bridge_install(_dir_name, _want_sql):
 
 _console_bridge_install(%(dir)s, %(sql)s)
 del _console_bridge_install
+import time as _cb_time, os as _cb_os, json as _cb_json
+with open(_cb_os.path.join(_cb_os.environ.get("TMPDIR") or "/tmp", %(dir)s, "outcomes.jsonl"), "a") as _cb_file:
+    _cb_file.write(_cb_json.dumps({"type": "ready", "at": _cb_time.time()}) + "\n")
+del _cb_time, _cb_os, _cb_json, _cb_file
 '''
 
 
@@ -287,12 +291,14 @@ class Records:
 
     failures: tuple[CellFailure, ...] = ()
     notices: tuple[tuple[str, str], ...] = ()
+    ready_at: float | None = None  # when the startup code finished (epoch seconds): the first cell starts
 
 
 def parse_records(data: bytes) -> Records:
     """Parse appended JSON lines; malformed lines are skipped (a partial last line included)."""
     failures: list[CellFailure] = []
     notices: list[tuple[str, str]] = []
+    ready_at: float | None = None
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
@@ -313,9 +319,11 @@ def parse_records(data: bytes) -> Records:
                     kind=kind if kind in ("exception", "limit", "worker_exited") else "exception",
                 )
             )
+        elif entry.get("type") == "ready" and isinstance(entry.get("at"), int | float):
+            ready_at = float(entry["at"])
         elif entry.get("type") == "notice":
             notices.append((str(entry.get("topic") or ""), str(entry.get("message") or "")[:2000]))
-    return Records(tuple(failures), tuple(notices))
+    return Records(tuple(failures), tuple(notices), ready_at)
 
 
 def limit_failure(limit: str, language: str, detail: str = "") -> CellFailure:

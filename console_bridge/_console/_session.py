@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import secrets
 import shutil
@@ -19,8 +18,7 @@ import platformdirs
 
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
 from console_bridge._connection._handles import NotCopyable, ToolHandle
-from console_bridge._console._cells import BEING_POLLED, BUSY, CellNotice, bridge_hint, split_response
-from console_bridge._console._events import CallEvents, EventTail, events_file
+from console_bridge._console._cells import BEING_POLLED, BUSY
 from console_bridge._console._launch import (
     check_project_config,
     check_project_overrides,
@@ -29,12 +27,11 @@ from console_bridge._console._launch import (
     validate_root,
     worker_python,
 )
+from console_bridge._console._observe import CellObserver, for_model, merge
 from console_bridge._console._outcome import (
     OutcomeLog,
-    limit_failure,
     python_startup_code,
     r_profile_text,
-    worker_exited_failure,
     yaml_string,
 )
 from console_bridge._console._profiles import Profile, load_profile, translate
@@ -56,7 +53,7 @@ from console_bridge._errors import (
 )
 from console_bridge._governance._policy import ApprovalRequest, Policy, run_approver
 from console_bridge._identity import Owner, check_owner, current_owner
-from console_bridge._results import CellFailure, CellResult, ToolResult
+from console_bridge._results import CellResult
 from console_bridge._transport._stdio import base_environment
 
 __all__ = ["AsyncConsole", "ConsoleStatus"]
@@ -91,90 +88,6 @@ class ConsoleStatus:
     pid: int | None = None
     tmpdir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _cell_from(
-    result: ToolResult,
-    elapsed: float,
-    notice: CellNotice,
-    *,
-    is_error: bool = False,
-    error: CellFailure | None = None,
-) -> CellResult:
-    """One observation: the cell's output only (the server's status notices are in the fields)."""
-    hint = bridge_hint(notice.output)
-    text = notice.output if hint is None else f"{notice.output.rstrip(chr(10))}\n{hint}\n"
-    content = result.content
-    if text != result.text:
-        # The text blocks carry the notices too; keep the images and other blocks, one clean text block.
-        others = [block for block in result.content if block.get("type") != "text"]
-        content = ([{"type": "text", "text": text}] if text else []) + others
-    return CellResult(
-        text=text,
-        content=content,
-        images=result.images,
-        structured=result.structured,
-        is_error=is_error or result.is_error,
-        truncated=result.truncated,
-        server=result.server,
-        tool=result.tool,
-        running=notice.running,
-        elapsed=elapsed,
-        waiting_for_input=notice.waiting_for_input,
-        prompt=notice.prompt,
-        worker_exited=notice.worker_exited,
-        error=error,
-        idle=notice.idle,
-    )
-
-
-def _merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -> CellResult:
-    """One result for a whole cell: every chunk's output and image, and the cell's failure."""
-    last = chunks[-1]
-    text = "".join(chunk.text for chunk in chunks)
-    errors = [chunk.error for chunk in chunks if chunk.error is not None]
-    return CellResult(
-        text=text,
-        content=[block for chunk in chunks for block in chunk.content],
-        images=[image for chunk in chunks for image in chunk.images],
-        structured=last.structured,
-        is_error=any(chunk.is_error for chunk in chunks),
-        truncated=any(chunk.truncated for chunk in chunks),
-        server=last.server,
-        tool=last.tool,
-        running=running,
-        elapsed=elapsed,
-        waiting_for_input=last.waiting_for_input,
-        prompt=last.prompt,
-        worker_exited=any(chunk.worker_exited for chunk in chunks),
-        error=errors[0] if errors else None,
-    )
-
-
-def _for_model(result: CellResult) -> CellResult:
-    """The model's view of a result: its status as the server words it, after the output.
-
-    The model drives the cell through the ``send`` tool alone, so it needs to read that
-    the cell still runs or waits for input, and that it failed; the host's CellResult
-    keeps these in fields instead.
-    """
-    lines: list[str] = []
-    if result.waiting_for_input:
-        if result.prompt is not None:
-            lines.append(f'[input requested: "{result.prompt}"]')
-        lines.append("[waiting for stdin]")
-    if result.running:
-        lines.append("[running; poll with an empty send]")
-    if result.idle:
-        lines.append("[idle]")
-    if result.error is not None and result.error.kind != "worker_exited":
-        lines.append(f"[console-bridge: the cell failed: {result.error}]".replace("\n", " "))
-    if not lines:
-        return result
-    text = result.text if not result.text or result.text.endswith("\n") else result.text + "\n"
-    text += "\n".join(lines)
-    others = [block for block in result.content if block.get("type") != "text"]
-    return dataclasses.replace(result, text=text, content=[{"type": "text", "text": text}, *others])
 
 
 class AsyncConsole(NotCopyable):
@@ -275,22 +188,10 @@ class AsyncConsole(NotCopyable):
         self._state = "new"
         #: observation window of run() while on_output is given (output at most this late)
         self.stream_window = float(stream_window)
-        #: how long a call waits for the server's recording of it (the protocol-level cell status)
-        self.events_wait = float(events_wait)
         self._nonce = secrets.token_hex(8)
-        self._events = EventTail()
-        self._outcomes: OutcomeLog | None = None
-        self._mark: tuple[Path | None, int] | None = None
-        self._cell_language: str | None = None
         self._sql_withheld: str | None = None
-        self._notices: list[str] = []
-        self._last_notice = split_response("", ended=True)
-        #: Hook for the confinement layer: called when a cell ended with a failure or a worker
-        #: exit; returns ``(limit_name, detail)`` when a resource limit stopped it (cgroup
-        #: counters), else None. The failure then becomes ``limit_failure(...)`` (kind "limit").
-        self.limit_check: Callable[[], tuple[str, str] | None] | None = None
-        self._last_started_at: float | None = None
-        self._events_missing = False
+        self._observer = CellObserver(lambda: self.recording, self._note_recording, events_wait=float(events_wait))
+        self._notices = self._observer.notices
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -390,7 +291,7 @@ class AsyncConsole(NotCopyable):
             base = self.recordings_base
             base.mkdir(parents=True, exist_ok=True)
             self._tmpdir = Path(tempfile.mkdtemp(prefix="console-bridge-"))
-            self._outcomes = OutcomeLog(self._tmpdir, self._nonce)
+            self._observer.outcomes = OutcomeLog(self._tmpdir, self._nonce)
             env = (
                 base_environment()
                 | self._env
@@ -606,7 +507,7 @@ class AsyncConsole(NotCopyable):
         result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
         conn = self._require("send")
         language = next((lang for lang in LANGUAGES if lang in args), None)
-        mark = self._outcomes.mark() if language is not None and self._outcomes is not None else None
+        mark = self._observer.mark(language)
         started = time.monotonic()
         try:
             result = await conn.call_tool("send", args)
@@ -620,52 +521,16 @@ class AsyncConsole(NotCopyable):
                     "(nothing was queued)",
                     server=SERVER,
                 ) from None
-            self._submitted(language, mark)
-            cell = await self._observe(exc.result, started, is_error=True)
-            if cell.worker_exited or self._last_notice.restart_required or errors_as_results:
-                if self._last_notice.restart_required:
+            self._observer.submitted(language, mark)
+            cell = await self._observer.observe(exc.result, started, is_error=True)
+            restart = self._observer.last_notice.restart_required
+            if cell.worker_exited or restart or errors_as_results:
+                if restart:
                     await self._restart_worker()
                 return cell
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
-        self._submitted(language, mark)
-        return await self._observe(result, started)
-
-    def _submitted(self, language: str | None, mark: tuple[Path | None, int] | None) -> None:
-        """A cell was accepted: its outcome is what the hooks append after ``mark``.
-
-        (A refused submission, Busy, leaves the running cell's mark alone.)"""
-        if language is not None:
-            self._cell_language = language
-            self._mark = mark
-
-    async def _observe(self, result: ToolResult, started: float, *, is_error: bool = False) -> CellResult:
-        """Read the server's status of this call from its recording, and the cell's outcome."""
-        events = await self._call_events(result.text)
-        ended = None if events is None else events.ended
-        # Without the recording the cell counts as started now (timeouts stay bounded).
-        self._last_started_at = time.time() if events is None else events.started_at
-        notice = split_response(result.text, ended=ended, is_error=is_error or result.is_error)
-        self._last_notice = notice
-        error: CellFailure | None = None
-        unknown_done = ended is None and not (notice.running or notice.waiting_for_input)
-        finished = bool(ended) or notice.worker_exited or unknown_done
-        if finished and self._mark is not None:
-            if self._outcomes is not None:
-                records = self._outcomes.read_since(self._mark)
-                for _topic, message in records.notices:
-                    if message not in self._notices:
-                        self._notices.append(message)
-                if records.failures:
-                    error = records.failures[0]
-            if error is None and notice.worker_exited and notice.exit_status != 0:
-                # sys.exit(0) ends the worker too, but the code asked for it and succeeded.
-                error = worker_exited_failure(self._cell_language or "", notice.exit_status)
-            if error is not None and self.limit_check is not None:
-                hit = self.limit_check()
-                if hit is not None:
-                    error = limit_failure(hit[0], self._cell_language or "", hit[1])
-            self._mark = None
-        return _cell_from(result, time.monotonic() - started, notice, is_error=is_error, error=error)
+        self._observer.submitted(language, mark)
+        return await self._observer.observe(result, started)
 
     def _note_recording(self, recording: Recording) -> None:
         """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
@@ -692,33 +557,15 @@ class AsyncConsole(NotCopyable):
         with contextlib.suppress(OSError):
             write_sidecar(recording.path, info)
 
-    async def _call_events(self, text: str) -> CallEvents | None:
-        """The recording's account of the call that returned ``text`` (None: not recorded in time)."""
-        deadline = time.monotonic() + self.events_wait
-        while True:
-            if self._events.path is None:
-                recording = self.recording
-                path = events_file(recording.path) if recording is not None else None
-                if path is not None and recording is not None:
-                    self._events.attach(path)
-                    self._note_recording(recording)
-                elif self._events_missing:
-                    return None  # already waited once for a recording that never appeared
-            if self._events.path is not None:
-                found = self._events.next_call(text)
-                if found is not None:
-                    return found
-            if time.monotonic() >= deadline:
-                if self._events.path is None:
-                    self._events_missing = True
-                note = (
-                    "the server's recording did not show a call within events_wait; cell status was read from "
-                    "the response text alone"
-                )
-                if note not in self._notices:
-                    self._notices.append(note)
-                return None
-            await anyio.sleep(0.002)
+    @property
+    def limit_check(self) -> Callable[[], tuple[str, str] | None] | None:
+        """Hook for the confinement layer: called when a cell ended with a failure or a worker exit;
+        returns ``(limit_name, detail)`` when a resource limit stopped it, else None (see ``_observe``)."""
+        return self._observer.limit_check
+
+    @limit_check.setter
+    def limit_check(self, check: Callable[[], tuple[str, str] | None] | None) -> None:
+        self._observer.limit_check = check
 
     async def _restart_worker(self) -> None:
         conn = self._require("restart")
@@ -779,7 +626,7 @@ class AsyncConsole(NotCopyable):
         started = time.monotonic()
         startup_deadline = started + self.startup_timeout
         deadline: float | None = None
-        cell_started = False
+        cell_started = saw_phase = False
         chunks: list[CellResult] = []
         args: dict[str, Any] = dict(code)
         reason = ""
@@ -794,11 +641,20 @@ class AsyncConsole(NotCopyable):
             args["timeout_ms"] = int(window * 1000)
             chunk = await self._call(args)
             chunks.append(chunk)
-            if not cell_started and (self._last_started_at is not None or chunk.text or not chunk.running):
+            # The cell started: the recording says so (0.0.6), output came, it ended, or (0.0.5, which
+            # records no start) the server no longer reports a worker-preparation phase.
+            starting = self._observer.last_notice.starting
+            saw_phase = saw_phase or starting
+            # A worker that was prepared runs the bridge's Python startup code before the cell: its
+            # "ready" note (last_started_at) marks the start then, not the end of the phase.
+            no_phase = self.version == "0.0.5" and not starting and not (saw_phase and "python" in self.languages)
+            if not cell_started and (
+                self._observer.last_started_at is not None or chunk.text or not chunk.running or no_phase
+            ):
                 cell_started = True
                 begun = time.monotonic()
-                if self._last_started_at is not None:
-                    begun -= max(0.0, time.time() - self._last_started_at)
+                if self._observer.last_started_at is not None:
+                    begun -= max(0.0, time.time() - self._observer.last_started_at)
                 if timeout is not None:
                     deadline = begun + timeout
             if on_output is not None and (chunk.text or chunk.images or not chunk.running):
@@ -806,7 +662,7 @@ class AsyncConsole(NotCopyable):
                 if isinstance(outcome, Awaitable):
                     await outcome
             if not chunk.running:
-                result = _merge(chunks, time.monotonic() - started)
+                result = merge(chunks, time.monotonic() - started)
                 return result.raise_for_error() if check else result
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -820,7 +676,7 @@ class AsyncConsole(NotCopyable):
                 break
             args = {}
         chunks.extend(await self._stop_cell())
-        partial = _merge(chunks, time.monotonic() - started)
+        partial = merge(chunks, time.monotonic() - started)
         raise CellTimeout(
             f"{reason} (the output so far is on .result)",
             result=partial,
@@ -981,8 +837,8 @@ class AsyncConsole(NotCopyable):
                 why = f"the approval gate raised {error}" if error else "the approval gate said no"
                 raise ApprovalDenied(f"send was not approved: {why}; nothing was run", server=SERVER)
         if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
-            return _for_model(await self._interrupt_cell(args["timeout_ms"]))
-        return _for_model(await self._call(args))
+            return for_model(await self._interrupt_cell(args["timeout_ms"]))
+        return for_model(await self._call(args))
 
     def _audit_refusal(self, arguments: Mapping[str, Any], reason: str) -> None:
         log = self.policy.audit_log

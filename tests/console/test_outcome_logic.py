@@ -148,7 +148,7 @@ def test_startup_code_is_valid_python_and_a_yaml_string() -> None:
 
 
 def test_the_model_reads_the_status_after_the_output() -> None:
-    from console_bridge._console._session import _for_model
+    from console_bridge._console._observe import for_model as _for_model
 
     running = _for_model(CellResult(text="a\n", running=True))
     assert running.text == "a\n[running; poll with an empty send]"
@@ -181,3 +181,10 @@ async def test_without_the_recording_status_falls_back_to_the_text_once(
         assert time.monotonic() - started < 0.25  # no second wait for a recording that is not there
         assert first.text == "one\n" and failed.error is not None and failed.error.name == "KeyError"
         assert any("recording did not show" in note for note in c.status().extra["notices"])
+
+
+def test_a_worker_preparation_phase_is_read_from_the_trailing_block() -> None:
+    preparing = "\n[elapsed: 0.4s since admission; no new output; phase: startup]\n[running; poll with an empty send]"
+    assert split_response(preparing, ended=False).starting
+    running = "\n[elapsed: 2.8s since admission; no new output]\n[running; poll with an empty send]"
+    assert not split_response(running, ended=False).starting
