@@ -21,6 +21,7 @@ from console_bridge._errors import (
     BridgeError,
     Busy,
     CallTimeout,
+    CellError,
     CellTimeout,
     ConnectionClosed,
     DependenciesRefused,
@@ -37,7 +38,7 @@ from console_bridge._errors import (
 from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import ApprovalRequest, Policy
 from console_bridge._identity import Owner, current_owner, run_context
-from console_bridge._results import CellResult, Image, ToolResult
+from console_bridge._results import CellFailure, CellResult, Image, ToolResult
 
 if TYPE_CHECKING:
     from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Page
@@ -107,6 +108,8 @@ __all__ = [
     "BridgeError",
     "Busy",
     "CallTimeout",
+    "CellError",
+    "CellFailure",
     "CellResult",
     "CellTimeout",
     "ConnectionClosed",

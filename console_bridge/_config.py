@@ -48,7 +48,9 @@ def _refuse(origin: str, server: str | None, problem: str, fix: str) -> LaunchRe
     return LaunchRefused(f"{where}: {problem}; {fix}", server=server, details={"config": origin})
 
 
-def _load_document(config: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Mapping[str, Any], str, Path]:
+def _load_document(
+    config: str | os.PathLike[str] | Mapping[str, Any], server: str | None = None
+) -> tuple[Mapping[str, Any], str, Path]:
     if isinstance(config, Mapping):
         return config, "the config mapping", Path.cwd()
     if not isinstance(config, str | os.PathLike):
@@ -61,9 +63,14 @@ def _load_document(config: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise _refuse(origin, None, "the file does not exist", "check the path or pass a mapping") from None
+        raise _refuse(
+            origin,
+            server,
+            "the file does not exist",
+            f"check the path (relative paths start at {str(Path.cwd())!r}) or pass a mapping",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise _refuse(origin, None, f"cannot be read ({exc})", "check its permissions and encoding") from None
+        raise _refuse(origin, server, f"cannot be read ({exc})", "check its permissions and encoding") from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -93,7 +100,7 @@ def load_server_spec(config: str | os.PathLike[str] | Mapping[str, Any], server:
     file, invalid JSON, an unknown entry, an entry with neither or both of
     ``command``/``url``, wrong value types, unknown keys and a ``cwd`` that does not exist.
     """
-    document, origin, base_dir = _load_document(config)
+    document, origin, base_dir = _load_document(config, server if isinstance(server, str) else None)
     servers = document.get("mcpServers")
     if not isinstance(servers, Mapping):
         raise _refuse(origin, None, "has no 'mcpServers' object", 'put the servers under {"mcpServers": {...}}')

@@ -17,6 +17,8 @@
     │  ├─ CallTimeout            a request passed its deadline; the connection was closed
     │  └─ Desynchronized         a reply did not match its request; the connection was closed
     ├─ CellTimeout               a cell outlived run(timeout=...); it was interrupted, the session lives on
+    ├─ CellError                 the cell's code failed (raised, SQL/R error, killed at a limit);
+    │                            raised only by raise_for_error() or run(check=True); carries .result
     ├─ SchemaDrift               a pinned tool changed or could not be re-verified (fails closed)
     └─ ServerError               an MCP error or tool error result; message carries the server text
 
@@ -37,6 +39,7 @@ __all__ = [
     "BridgeError",
     "Busy",
     "CallTimeout",
+    "CellError",
     "CellTimeout",
     "ConnectionClosed",
     "DependenciesRefused",
@@ -142,6 +145,20 @@ class CellTimeout(BridgeError):
     def __init__(self, message: str, *, result: CellResult | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.result = result
+
+
+class CellError(BridgeError):
+    """The cell's code failed: it raised, a SQL or R error, the worker exited, or a limit killed it.
+
+    Raised only by :meth:`CellResult.raise_for_error` and ``run(..., check=True)``; a
+    failed cell is otherwise an ordinary result with ``error`` set. ``result`` is the
+    whole :class:`CellResult`, ``error`` its :class:`CellFailure`.
+    """
+
+    def __init__(self, message: str, *, result: CellResult, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.result = result
+        self.error = result.error
 
 
 class SchemaDrift(BridgeError):

@@ -20,7 +20,7 @@ import anyio.from_thread
 from anyio.from_thread import BlockingPortal
 
 from console_bridge._connection._handles import ToolHandle
-from console_bridge._errors import ConnectionClosed
+from console_bridge._errors import BridgeError, ConnectionClosed
 from console_bridge._identity import check_owner
 from console_bridge._results import ToolResult
 
@@ -36,6 +36,14 @@ def _stop(cm: Any, closer: Callable[[], Awaitable[None]] | None, portal: Blockin
             portal.call(closer)
     with contextlib.suppress(Exception):
         cm.__exit__(None, None, None)
+
+
+def _short(exc: BridgeError) -> BridgeError:
+    """``exc`` without the traceback it gathered in the loop thread (``--debug`` users keep ``__cause__``)."""
+    suppress = exc.__suppress_context__
+    exc = exc.with_traceback(None)
+    exc.__suppress_context__ = suppress
+    return exc
 
 
 class Portal:
@@ -69,7 +77,10 @@ class Portal:
         """Run the plain callable ``fn`` in the loop thread and wait (to build async objects there)."""
         if self._closed:
             raise ConnectionClosed(f"{self._what} is closed; create a new one")
-        return self._portal.call(fn)
+        try:
+            return self._portal.call(fn)
+        except BridgeError as exc:
+            raise _short(exc) from exc.__cause__
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``await fn(*args)`` in the loop and wait. Ctrl-C cancels the task, then re-raises."""
@@ -93,6 +104,10 @@ class Portal:
         try:
             future: Future[T] = self._portal.start_task_soon(guarded)
             return future.result()
+        except BridgeError as exc:
+            # The loop thread's frames (anyio, concurrent.futures, the async internals) say
+            # nothing to the caller: the error starts at the public call.
+            raise _short(exc) from exc.__cause__
         except KeyboardInterrupt:
             # Ctrl-C (possibly while the task was being scheduled): cancel the task in the
             # loop and wait until it has really unwound, so the object is idle again.

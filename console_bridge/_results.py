@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["CellResult", "Image", "ToolResult", "result_from_content"]
+__all__ = ["CellFailure", "CellResult", "FailureKind", "Image", "ToolResult", "block_text", "result_from_content"]
+
+FailureKind = Literal["exception", "limit", "worker_exited"]
 
 _PNG = "image/png"
 
@@ -30,7 +32,8 @@ class Image:
 class ToolResult:
     """What a tool call returned.
 
-    ``text`` joins the text blocks; ``content`` holds every MCP content block as a
+    ``text`` joins the text blocks, the text of embedded resources and a line naming
+    each binary resource and resource link; ``content`` holds every MCP content block as a
     JSON-ready dict; ``images`` the decoded images; ``structured`` the structured
     content, if any; ``truncated`` is true when the output cap cut something (a
     visible marker says so in ``text``).
@@ -50,12 +53,40 @@ class ToolResult:
 
 
 @dataclass(frozen=True, slots=True)
+class CellFailure:
+    """Why a cell's code failed, as the worker reported it (never read from the cell's printed text).
+
+    ``name`` is the exception or error class (``"ValueError"``, ``"Catalog Error"``,
+    ``"simpleError"``); ``kind`` is ``"exception"`` (the code raised or a query failed),
+    ``"limit"`` (killed at a resource limit; ``name`` says which) or ``"worker_exited"``
+    (the worker process ended, its in-memory state is lost).
+    """
+
+    language: str
+    name: str
+    message: str
+    traceback: str = ""
+    kind: FailureKind = "exception"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}" if self.message else self.name
+
+
+@dataclass(frozen=True, slots=True)
 class CellResult(ToolResult):
     """One observation of a console cell.
 
     ``running`` is true when the observation window ended before the cell finished
     (poll again); ``elapsed`` is the wall time of this observation in seconds.
-    ``waiting_for_input``/``prompt`` are set when the cell asks for stdin.
+    ``waiting_for_input``/``prompt`` are set when the cell asks for stdin; ``idle`` when
+    a poll found no cell running. ``error`` is a :class:`CellFailure` when the cell's code failed, else None;
+    ``is_error`` is true exactly when ``error`` is set or the server returned a tool error.
+    Output that merely mentions an error (a logged, handled exception; ``Error:`` in
+    data; an R warning) is not a failure. Example::
+
+        result = console.run(python="1 / 0")
+        result.error.name          # 'ZeroDivisionError'
+        result.raise_for_error()   # raises CellError
     """
 
     running: bool = False
@@ -63,7 +94,31 @@ class CellResult(ToolResult):
     waiting_for_input: bool = False
     prompt: str | None = None
     worker_exited: bool = False
-    limit: str | None = None  # the session limit the cell ran into ("memory", "processes", "tmpdir")
+    error: CellFailure | None = None
+    idle: bool = False
+
+    def __post_init__(self) -> None:
+        if self.error is not None and not self.is_error:
+            object.__setattr__(self, "is_error", True)
+
+    def raise_for_error(self) -> CellResult:
+        """Return this result, or raise :class:`CellError` when the cell's code failed."""
+        if self.error is None:
+            return self
+        from console_bridge._errors import CellError
+
+        error = self.error
+        where = f"a {error.language} cell" if error.language else "the cell"
+        if error.kind == "limit":
+            why = f"was stopped at the {error.name} limit: {error.message}"
+            fix = "raise the limit (Limits(...)) or make the code use less"
+        elif error.kind == "worker_exited":
+            why = f"ended its worker ({error.message}); in-memory state was lost"
+            fix = "fix the code; the next cell starts a fresh worker"
+        else:
+            why = f"raised {error}"
+            fix = "fix the code (the traceback is on .error.traceback, the output on .result.text)"
+        raise CellError(f"{where} {why}; {fix}", result=self, server=self.server or None)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {"text/plain": self.text}
@@ -92,6 +147,31 @@ def decode_image(block: dict[str, Any]) -> Image | None:
     return Image(mime_type=str(block.get("mimeType", "application/octet-stream")), data=data)
 
 
+def block_text(block: dict[str, Any]) -> str | None:
+    """What a content block contributes to ``ToolResult.text`` (None: nothing, an image say).
+
+    Text blocks give their text; an embedded resource its text, or a line naming it when
+    it is binary; a ``resource_link`` a line naming the link (nothing is fetched).
+    """
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "resource":
+        resource = block.get("resource")
+        if not isinstance(resource, dict):
+            return None
+        if "text" in resource:
+            return str(resource.get("text", ""))
+        uri, mime = resource.get("uri", "?"), resource.get("mimeType") or "binary"
+        size = len(str(resource.get("blob", ""))) * 3 // 4
+        return f"[embedded resource {uri} ({mime}, about {size} bytes)]"
+    if kind == "resource_link":
+        name, uri = block.get("name") or block.get("title") or "", block.get("uri", "?")
+        mime = block.get("mimeType")
+        return f"[resource link {name + ': ' if name else ''}{uri}{f' ({mime})' if mime else ''}]"
+    return None
+
+
 def result_from_content(
     content: list[dict[str, Any]],
     *,
@@ -102,7 +182,7 @@ def result_from_content(
     tool: str,
 ) -> ToolResult:
     """Build a :class:`ToolResult` from JSON content blocks."""
-    texts = [str(block.get("text", "")) for block in content if block.get("type") == "text"]
+    texts = [text for block in content if (text := block_text(block)) is not None]
     images = [img for block in content if block.get("type") == "image" if (img := decode_image(block))]
     return ToolResult(
         text="\n".join(texts),

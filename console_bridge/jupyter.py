@@ -13,16 +13,18 @@ One verified, sandboxed session per kernel, opened by the first ``%%console`` ce
     select 42 as answer
 
 ``%%console [python|sql|r] [--profile P] [--workspace DIR] [--timeout S] [--poll-window S]
-[--recordings-dir DIR]`` runs the cell in the kernel's session. Output streams into the
-cell while it runs (at least every ``--poll-window`` seconds, 1 by default) and images
-(plots) are shown when it ends. Options not given keep what the open session has; a cell
+[--recordings-dir DIR] [--python VENV]`` runs the cell in the kernel's session (``--python``:
+the venv the worker's Python runs in). Output streams into the cell as it arrives and
+images (plots) are shown when it ends. Options not given keep what the open session has; a cell
 that asks for another workspace, profile, poll window, recordings folder or language
 closes the session and opens a new one, and says so (in-memory state is lost).
 ``--timeout`` bounds one cell: past it the cell is interrupted and the session lives on.
 
 A failure of the bridge (a refused launch, a timeout, a closed session) shows one line,
 the :class:`~console_bridge.BridgeError`'s message, without a traceback. Code that raises
-inside the console shows its traceback as the cell's output. Interrupting the kernel
+inside the console (an exception, a SQL or R error) shows its traceback once, as the cell's
+output, and the cell fails with a one-line :class:`~console_bridge.CellError`, so "Run All"
+and ``nbconvert --execute`` stop there. Interrupting the kernel
 (Ctrl-C, the stop button) interrupts the cell and keeps the session and its state.
 
 Line magics: ``%console_status`` (server, pid, workspace, profile, advertised sandbox,
@@ -54,6 +56,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from console_bridge import (
     BridgeError,
+    CellError,
     CellResult,
     CellTimeout,
     Console,
@@ -63,7 +66,6 @@ from console_bridge import (
     ServerError,
     SessionManager,
 )
-from console_bridge._console._cells import read_notices
 from console_bridge._jupyter._options import (
     OptionsError,
     SessionSpec,
@@ -180,12 +182,13 @@ class ConsoleMagics:
         """Run the cell in the kernel's MCP Console session.
 
         Usage: ``%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR]
-        [--timeout SECONDS] [--poll-window SECONDS] [--recordings-dir DIR]``
+        [--timeout SECONDS] [--poll-window SECONDS] [--recordings-dir DIR] [--python VENV]``
 
         The first cell opens the session (profile ``read-only`` and the kernel's folder
         unless given). Options not given keep the open session's; a different workspace,
         profile, poll window, recordings folder or language closes it and opens a new one.
-        ``--timeout`` interrupts a cell that runs longer; the session lives on.
+        ``--timeout`` interrupts a cell that runs longer; the session lives on. A cell whose
+        code fails raises :class:`CellError` (one line; the traceback is the cell's output).
         """
         try:
             options = parse_cell_line(line)
@@ -198,6 +201,15 @@ class ConsoleMagics:
         except CellTimeout as exc:
             limit = f"--timeout {options.timeout:g} s" if options.timeout is not None else "its timeout"
             text = f"CellTimeout: the cell ran past {limit}; it was interrupted and the session lives on"
+            raise _one_line(exc, text) from None
+        except CellError as exc:
+            failure = exc.error
+            what = (
+                f"{failure.name}: {failure.message.strip().splitlines()[0]}"
+                if failure and failure.message.strip()
+                else (failure.name if failure else "the cell failed")
+            )
+            text = f"CellError: the {options.language} cell failed with {what} (its output above shows where)"
             raise _one_line(exc, text) from None
         except BridgeError as exc:
             raise _one_line(exc, f"{type(exc).__name__}: {exc.message}") from None
@@ -261,6 +273,7 @@ class ConsoleMagics:
                 poll_window=spec.poll_window,
                 recordings_dir=spec.recordings_dir,
                 languages=spec.languages,
+                python=spec.python,
             )
         if current is not None and self.spec is not None:
             if current.status().state == "closed":
@@ -296,7 +309,7 @@ class ConsoleMagics:
         images: list[Image] = []
 
         def on_output(chunk: CellResult) -> None:
-            text = read_notices(chunk.text).output
+            text = chunk.text
             if text:
                 out.write(text)
                 out.flush()
@@ -304,7 +317,7 @@ class ConsoleMagics:
             images.extend(chunk.images)
 
         try:
-            console.run(on_output=on_output, timeout=timeout, **{language: code})
+            console.run(on_output=on_output, timeout=timeout, check=True, **{language: code})
         except CellTimeout as exc:
             seen = "".join(shown)
             if exc.result is not None and exc.result.text.startswith(seen):
@@ -336,7 +349,7 @@ class ConsoleMagics:
                         raise
                     time.sleep(min(self.retry_interval, remaining))
                     continue
-                output = read_notices(result.text).output
+                output = result.text
                 if output:
                     write(output)
                 if not result.running:

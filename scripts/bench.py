@@ -328,6 +328,11 @@ class RawSession(Session):
             self.bench.live.discard(self)
 
 
+def _as_text(result: Any) -> str:
+    """A bridge result as the raw client's text: the bridge keeps the running notice in a field."""
+    return str(result.text) + (("\n" + RUNNING) if result.running else "")
+
+
 class BridgeSession(Session):
     """``console_bridge.AsyncConsole`` with its defaults (read-only profile, dependencies denied)."""
 
@@ -348,7 +353,13 @@ class BridgeSession(Session):
         self.snapshot()
 
     async def cell(self, code: str, timeout_ms: int | None = None) -> str:
-        return (await self.client.send(python=code, timeout_ms=timeout_ms)).text
+        return _as_text(await self.client.send(python=code, timeout_ms=timeout_ms))
+
+    async def poll_until_done(self, first: str, timeout_ms: int) -> list[str]:
+        chunks = [first]
+        while chunks[-1].rstrip().endswith(RUNNING):
+            chunks.append(_as_text(await self.client.send(timeout_ms=timeout_ms)))
+        return chunks
 
     async def close(self) -> None:
         try:

@@ -56,6 +56,14 @@ def sessions_root() -> Path:
     return root
 
 
+def r_hooks_dir() -> Path:
+    """Files the sandboxed R worker must read (outside the denied state folder): one per session."""
+    folder = Path(os.environ.get("CONSOLE_BRIDGE_CACHE_DIR") or platformdirs.user_cache_dir("console-bridge"))
+    folder = folder.expanduser().absolute() / "r-hooks"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def new_session_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
 
@@ -212,6 +220,8 @@ def sweep(root: Path | None = None, *, min_age: float = 10.0) -> list[str]:
             for group in item.cgroups:
                 remove_group(Path(group))
             _remove_folder(item.path)
+            with contextlib.suppress(OSError):
+                (r_hooks_dir() / f"{item.id}.Rprofile").unlink()
             swept.append(item.id)
         else:
             with contextlib.suppress(OSError):

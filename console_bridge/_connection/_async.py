@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import math
 import os
 import re
@@ -42,7 +43,7 @@ from console_bridge._errors import (
 from console_bridge._governance._audit import sha256_json
 from console_bridge._governance._caps import cap_result, json_size
 from console_bridge._governance._pinning import tool_fingerprint
-from console_bridge._governance._policy import ApprovalRequest, Exposure, Policy, exposure, run_approver
+from console_bridge._governance._policy import TASK_REQUIRED, ApprovalRequest, Exposure, Policy, exposure, run_approver
 from console_bridge._governance._sanitize import neutral_description, sanitize_schema, scan_tool
 from console_bridge._identity import Owner, check_owner, current_owner
 from console_bridge._results import ToolResult, result_from_content
@@ -89,6 +90,7 @@ class ConnectionStatus:
     stderr_tail: str
     revoked: dict[str, str] = field(default_factory=dict)
     transport: str = "stdio"
+    notices: tuple[str, ...] = ()
 
 
 @dataclass
@@ -286,6 +288,12 @@ class AsyncMcpConnection(NotCopyable):
             stderr_tail=self._child.stderr.text() if self._child is not None else "",
             revoked=dict(self._revoked),
             transport="stdio" if isinstance(self._spec, StdioSpec) else "http",
+            notices=tuple(
+                f"tool {name!r} is not exposed: it declares execution.taskSupport 'required' (every plain call "
+                "would fail; the bridge does not make task-augmented calls)"
+                for name, state in self._tool_states.items()
+                if TASK_REQUIRED in state.exposure.reasons
+            ),
         )
 
     # ---------------------------------------------------------------- the host
@@ -603,7 +611,7 @@ class AsyncMcpConnection(NotCopyable):
             wire=wire,
             fingerprint=tool_fingerprint(wire),
             flags=flags,
-            exposure=exposure(policy, wire.get("annotations"), flags),
+            exposure=exposure(policy, wire.get("annotations"), flags, wire.get("execution")),
         )
         self._tool_states[name] = state
         self._audit(
@@ -727,6 +735,13 @@ class AsyncMcpConnection(NotCopyable):
         state = self._tool_states.get(name)
         if state is None:
             raise self._closed_error(f"tool {name!r}")
+        if TASK_REQUIRED in state.exposure.reasons:
+            self._refuse(f"tool {name!r}", TASK_REQUIRED, tool=name)
+            raise NotAllowed(
+                f"tool {name!r} of {self.server!r} declares execution.taskSupport 'required': it only runs as a "
+                "task-augmented call, which the bridge does not make; nothing was sent",
+                server=self.server,
+            )
         if not state.exposure.exposed:
             self._refuse(f"tool {name!r}", "read-only floor", tool=name, reasons=list(state.exposure.reasons))
             raise NotAllowed(
@@ -776,8 +791,18 @@ class AsyncMcpConnection(NotCopyable):
                 server=self.server,
             )
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        on_progress: Callable[[float, float | None, str | None], Any] | None = None,
+    ) -> ToolResult:
         """Call an allowlisted, exposed tool under the policy.
+
+        With ``on_progress`` the request carries a ``progressToken`` and each progress
+        notification of the server calls ``on_progress(progress, total, message)`` (a
+        plain or async callable; an exception in it is ignored, the call goes on).
 
         Raises :class:`NotAllowed` (allowlist, read-only floor), :class:`ApprovalDenied`,
         :class:`SchemaDrift`, :class:`Busy`, :class:`ServerError` (error response or
@@ -802,7 +827,7 @@ class AsyncMcpConnection(NotCopyable):
         try:
             if state.exposure.needs_approval:
                 await self._approve(name, args, state, call_id)
-            return await self._call_authorized(name, args, call_id)
+            return await self._call_authorized(name, args, call_id, on_progress)
         finally:
             if self._state == "busy":
                 self._state = "idle"
@@ -843,7 +868,13 @@ class AsyncMcpConnection(NotCopyable):
                 server=self.server,
             )
 
-    async def _call_authorized(self, name: str, args: dict[str, Any], call_id: str) -> ToolResult:
+    async def _call_authorized(
+        self,
+        name: str,
+        args: dict[str, Any],
+        call_id: str,
+        on_progress: Callable[[float, float | None, str | None], Any] | None = None,
+    ) -> ToolResult:
         started = time.monotonic()
         self._calls += 1
         if self.policy.audit_log is not None:  # hashing a large argument costs: only for the log
@@ -859,9 +890,21 @@ class AsyncMcpConnection(NotCopyable):
         async def verify(s: ClientSession) -> None:
             await self._verify_pins(s, name)
 
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            if on_progress is None:
+                return
+            try:
+                outcome = on_progress(progress, total, message)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception:  # a broken progress callback must not break the call
+                self._last_error = f"tool {name!r}: the on_progress callback raised"
+
         async def call(s: ClientSession) -> mcp_types.CallToolResult:
             request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=args))
-            return await s.send_request(request, mcp_types.CallToolResult)
+            return await s.send_request(
+                request, mcp_types.CallToolResult, progress_callback=report if on_progress is not None else None
+            )
 
         try:
             pin = self.policy.pin_schemas

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Kind, Page
@@ -120,10 +120,18 @@ class McpConnection(NotCopyable):
         self._check()
         return self._portal.call(self._async.get_prompt, name, arguments)
 
-    def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
-        """Blocking :meth:`AsyncMcpConnection.call_tool`: same policy, same errors."""
+    def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        on_progress: Callable[[float, float | None, str | None], Any] | None = None,
+    ) -> ToolResult:
+        """Blocking :meth:`AsyncMcpConnection.call_tool`: same policy, same errors.
+
+        ``on_progress`` is called on the connection's loop thread."""
         self._check()
-        return self._portal.call(self._async.call_tool, name, arguments)
+        return self._portal.call(lambda: self._async.call_tool(name, arguments, on_progress=on_progress))
 
     def tools(self, prefix: str | None = None) -> list[ToolHandle]:
         """Handles for the exposed allowlisted tools; call them with ``handle.call(arguments)``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CellNotice", "bridge_hint", "read_notices"]
+__all__ = ["CellNotice", "bridge_hint", "read_notices", "split_response"]
 
 RUNNING = "[running; poll with an empty send]"
 IDLE = "[idle]"
@@ -31,6 +31,7 @@ class CellNotice:
     worker_exited: bool
     exit_status: int | None
     restart_required: bool
+    starting: bool = False  # the server still prepares the worker ("phase: startup", ...)
 
 
 def read_notices(text: str) -> CellNotice:
@@ -67,6 +68,64 @@ def read_notices(text: str) -> CellNotice:
         if output and text.startswith(output) and not output.endswith("\n") and "\n" in text[len(output) :]:
             output += "\n"
     return CellNotice(output, running, idle, waiting, prompt, exited, status, restart)
+
+
+def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> CellNotice:
+    """Split one ``send`` response into the cell's output and the server's status.
+
+    ``ended`` comes from the server's recording (see ``_events``): True when the cell
+    finished during this call. The server appends status notices only at the very end
+    of a response, and only while a cell has not finished (``[elapsed ...]`` +
+    ``[running; ...]``, ``[input requested: ...]`` + ``[waiting for stdin]``, ``[idle]``),
+    or ``[done]`` alone; so only that trailing block is read, and nothing at all when
+    the cell ended: a cell that prints a notice-like line prints output, not status.
+    Worker-exit notices are read only from an error result (``is_error``, a protocol
+    field). ``ended=None`` (no recording) reads the trailing block alone.
+    """
+    lines = text.split("\n")
+    trailing_newline = bool(lines) and lines[-1] == ""
+    if trailing_newline:
+        lines.pop()
+    running = idle = waiting = starting = False
+    prompt: str | None = None
+    if not ended:
+        last = lines[-1].strip() if lines else ""
+        if last == RUNNING:
+            running = True
+            lines.pop()
+            if lines and _ELAPSED.match(lines[-1].strip()):
+                starting = "; phase: " in lines[-1]
+                lines.pop()
+                if lines and lines[-1] == "":
+                    lines.pop()
+                    trailing_newline = True
+        elif last == WAITING:
+            waiting = True
+            lines.pop()
+            if lines and (match := _PROMPT.match(lines[-1].strip())):
+                prompt = match.group("prompt")
+                lines.pop()
+            trailing_newline = bool(lines)
+        elif last == IDLE:
+            idle = True
+            lines.pop()
+        elif last == DONE and len(lines) == 1:
+            lines.pop()
+    elif lines and lines[-1].strip() == DONE and len(lines) == 1:
+        lines.pop()
+    exited = restart = False
+    status: int | None = None
+    if is_error:
+        for line in lines:
+            stripped = line.strip()
+            if match := _EXITED.match(stripped):
+                exited, status = True, int(match.group("status"))
+            if stripped.endswith(RESTART_REQUIRED):
+                restart = True
+    output = "\n".join(lines)
+    if output and trailing_newline:
+        output += "\n"
+    return CellNotice(output, running, idle, waiting, prompt, exited, status, restart, starting)
 
 
 #: Errors R's reticulate prints when it is too old for mcp-console's Python<->R bridge.

@@ -22,7 +22,7 @@ import psutil
 from console_bridge._confinement._deny import deny_paths, parse_probe, probe_code_for
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
-from console_bridge._confinement._registry import SessionEntry, register, state_dir
+from console_bridge._confinement._registry import SessionEntry, r_hooks_dir, register, state_dir
 from console_bridge._errors import NotAllowed, SandboxMismatch
 
 __all__ = ["SessionConfinement"]
@@ -56,6 +56,7 @@ class SessionConfinement:
         self._canaries: list[Path] = []
         self._counters: dict[str, int] = {}
         self._worker: psutil.Process | None = None
+        self._r_profile: Path | None = None
 
     # ------------------------------------------------------------------ start
     def prepare(self, *, owner: str, profile: str, recording_base: Path) -> Supervision:
@@ -199,8 +200,9 @@ class SessionConfinement:
     def _read_counters(self) -> dict[str, int]:
         return self.confinement.cgroups.counters() if self.confinement is not None else {}
 
-    def limit_hit(self, text: str) -> str | None:
-        """The limit the cell since :meth:`mark` ran into, if any (from kernel counters, not text)."""
+    def limit_hit(self) -> str | None:
+        """The limit the cell since :meth:`mark` ran into, if any (kernel counters and the TMPDIR's
+        free space, never the cell's text)."""
         if self.confinement is None:
             return None
         now = self._read_counters()
@@ -208,7 +210,7 @@ class SessionConfinement:
         for name in ("memory", "processes"):
             if now.get(name, 0) > before.get(name, 0):
                 return name
-        if self.confinement.tmpfs_size is not None and "No space left on device" in text and self._tmpfs_full():
+        if self.confinement.tmpfs_size is not None and self._tmpfs_full():
             return "tmpdir"
         return None
 
@@ -240,6 +242,24 @@ class SessionConfinement:
             return ((groups.cpu_usage_ns() or 0) - first) / 1e9 > 0.2 * window
 
         return check
+
+    def tmp_view(self) -> Path:
+        """The TMPDIR as the session's processes see it (through the supervisor's mount namespace)."""
+        assert self.entry is not None
+        if self.entry.supervisor_pid is None:
+            return self.entry.tmpdir
+        return Path(f"/proc/{self.entry.supervisor_pid}/root{self.entry.tmpdir}")
+
+    def write_r_profile(self, text: str) -> Path:
+        """The R outcome hook's profile file, readable by the sandboxed worker (not in a denied folder)."""
+        assert self.entry is not None
+        folder = r_hooks_dir()
+        path = folder / f"{self.entry.id}.Rprofile"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        self._r_profile = path
+        return path
 
     # ---------------------------------------------------------- files in/out
     def open_tmp_root(self) -> int | None:
@@ -306,6 +326,9 @@ class SessionConfinement:
         for canary in self._canaries:
             with contextlib.suppress(OSError):
                 canary.unlink()
+        if self._r_profile is not None:
+            with contextlib.suppress(OSError):
+                self._r_profile.unlink()
         if self.entry is not None:
             with contextlib.suppress(OSError):
                 if self.entry.path.exists():

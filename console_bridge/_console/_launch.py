@@ -168,8 +168,9 @@ def check_project_config(workspace: Path, allowed: bool) -> Path | None:
     if config.exists() and not allowed:
         raise LaunchRefused(
             f"the workspace has a project config {str(config)!r}; mcp-console would load it, and it can widen "
-            "the sandbox (network, filesystem, environment, executables). Review it, then pass "
-            "project_config=True to opt in (the advertised sandbox is still verified), or remove it."
+            "the sandbox (network, filesystem, environment, executables). Review it, then opt in with "
+            "project_config=True (command line: --project-config; the advertised sandbox is still verified), "
+            "or remove it."
         )
     return config if config.exists() else None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as dt
 import errno
 import json
@@ -20,12 +21,50 @@ import psutil
 from console_bridge._errors import BridgeError, NotAllowed
 from console_bridge._hostfs import open_dir, open_file, remove_tree, walk_tree
 
-__all__ = ["Recording", "Recordings", "default_recordings_root", "find_recording"]
+__all__ = ["Recording", "Recordings", "default_recordings_root", "find_recording", "sidecar_path", "write_sidecar"]
 
 FINISHED = "## Recording finished"
 _RUN_ID = re.compile(r"^(?P<ts>\d{8}T\d{6})(?:\.(?P<frac>\d+))?Z-(?P<pid>\d{10})$")
 _TRANSCRIPTS = ("transcript.md", "transcript.qmd")
 _EVENTS = ("capture/events.jsonl", "internal/events.jsonl")
+
+
+SIDECAR_SUFFIX = ".console-bridge.json"
+_SIDECAR_MAX = 64 * 1024
+
+
+def sidecar_path(recording_path: Path) -> Path:
+    """Where the bridge notes a recording's workspace, profile and owner: next to its folder."""
+    return recording_path.parent / f"{recording_path.name}{SIDECAR_SUFFIX}"
+
+
+def write_sidecar(recording_path: Path, info: dict[str, Any]) -> Path:
+    """Write the sidecar (0600, created new, never through a symlink). It holds no secrets:
+    workspace, profile, owner, the OS user and versions."""
+    path = sidecar_path(recording_path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(info, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    return path
+
+
+def _read_sidecar(recording_path: Path) -> dict[str, Any]:
+    path = sidecar_path(recording_path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return {}
+    try:
+        data = os.read(fd, _SIDECAR_MAX)
+    finally:
+        os.close(fd)
+    try:
+        value = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def default_recordings_root() -> Path:
@@ -53,6 +92,26 @@ class Recording:
         stamp = dt.datetime.strptime(match.group("ts"), "%Y%m%dT%H%M%S").replace(tzinfo=dt.UTC)
         micros = int((match.group("frac") or "0")[:6].ljust(6, "0"))
         return stamp.replace(microsecond=micros)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What console-bridge noted about the session (workspace, profile, owner, user); {} if nothing."""
+        return _read_sidecar(self.path)
+
+    @property
+    def workspace(self) -> str | None:
+        value = self.info.get("workspace")
+        return str(value) if value is not None else None
+
+    @property
+    def profile(self) -> str | None:
+        value = self.info.get("profile")
+        return str(value) if value is not None else None
+
+    @property
+    def owner(self) -> str | None:
+        value = self.info.get("owner")
+        return str(value) if value is not None else None
 
     @property
     def transcript(self) -> Path | None:
@@ -146,7 +205,9 @@ def find_recording(base: Path, pid: int) -> Recording | None:
 
 
 def _remove(root: Path, run_id: str) -> None:
-    """Delete ``root/sessions/run_id`` without following any symlink in it (a cell may have planted some)."""
+    """Delete ``root/sessions/run_id`` and its sidecar without following any symlink (a cell may have planted some)."""
+    with contextlib.suppress(OSError):
+        sidecar_path(root / "sessions" / run_id).unlink()
     remove_tree(root, f"sessions/{run_id}")
 
 
@@ -200,8 +261,8 @@ class Recordings:
     def __repr__(self) -> str:
         return f"Recordings({str(self.root)!r})"
 
-    def list(self) -> list[Recording]:
-        """Every recording, newest first."""
+    def list(self, *, workspace: str | os.PathLike[str] | None = None) -> list[Recording]:
+        """Every recording, newest first; with ``workspace``, only those console-bridge made for it."""
         sessions = self.root / "sessions"
         if not sessions.is_dir():
             return []
@@ -210,6 +271,9 @@ class Recordings:
             for p in sessions.iterdir()
             if _RUN_ID.match(p.name) and p.is_dir() and not p.is_symlink()  # a symlink is no recording
         ]
+        if workspace is not None:
+            wanted = str(Path(workspace).expanduser().resolve())
+            found = [rec for rec in found if rec.workspace == wanted]
         return sorted(found, key=lambda rec: rec.run_id, reverse=True)
 
     def get(self, run_id: str) -> Recording:
@@ -240,11 +304,15 @@ class Recordings:
         keep_last: int | None = None,
         max_total_bytes: int | None = None,
         dry_run: bool = False,
+        workspace: str | os.PathLike[str] | None = None,
     ) -> builtins.list[Recording]:
-        """Delete recordings by age, count and total size; never a live one. Returns what went."""
+        """Delete recordings by age, count and total size; never a live one. Returns what went.
+
+        With ``workspace`` the rules apply to that workspace's recordings only (as ``list`` gives them).
+        """
         if keep_last is not None and keep_last < 0:
             raise NotAllowed("keep_last must be >= 0")
-        recordings = self.list()
+        recordings = self.list(workspace=workspace)
         now = dt.datetime.now(dt.UTC)
         doomed: dict[str, Recording] = {}
         for index, rec in enumerate(recordings):

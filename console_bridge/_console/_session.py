@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import platformdirs
 from console_bridge._confinement._limits import Limits
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
 from console_bridge._connection._handles import NotCopyable, ToolHandle
-from console_bridge._console._cells import BEING_POLLED, BUSY, bridge_hint, read_notices
+from console_bridge._console._cells import BEING_POLLED, BUSY
 from console_bridge._console._confined import SessionConfinement
 from console_bridge._console._launch import (
     check_project_config,
@@ -27,10 +28,18 @@ from console_bridge._console._launch import (
     validate_root,
     worker_python,
 )
+from console_bridge._console._observe import CellObserver, for_model, merge
+from console_bridge._console._outcome import (
+    OutcomeLog,
+    python_startup_code,
+    r_profile_text,
+    yaml_string,
+)
 from console_bridge._console._profiles import Profile, load_profile, translate
-from console_bridge._console._recordings import Recording, find_recording
+from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._version import Binary, check_binary, resolve_command
+from console_bridge._console._worker_env import missing_modules
 from console_bridge._console._workspace import vet_recordings, vet_workspace
 from console_bridge._errors import (
     ApprovalDenied,
@@ -47,7 +56,7 @@ from console_bridge._errors import (
 )
 from console_bridge._governance._policy import ApprovalRequest, Policy, run_approver
 from console_bridge._identity import Owner, check_owner, current_owner
-from console_bridge._results import CellResult, ToolResult
+from console_bridge._results import CellResult
 from console_bridge._transport._stdio import base_environment
 
 __all__ = ["AsyncConsole", "ConsoleStatus"]
@@ -88,48 +97,6 @@ class ConsoleStatus:
     deny_read: tuple[str, ...] = ()
 
 
-def _cell_from(result: ToolResult, elapsed: float, *, is_error: bool = False) -> CellResult:
-    notice = read_notices(result.text)
-    hint = bridge_hint(result.text)
-    return CellResult(
-        text=result.text if hint is None else f"{result.text.rstrip(chr(10))}\n{hint}\n",
-        content=result.content,
-        images=result.images,
-        structured=result.structured,
-        is_error=is_error or result.is_error,
-        truncated=result.truncated,
-        server=result.server,
-        tool=result.tool,
-        running=notice.running,
-        elapsed=elapsed,
-        waiting_for_input=notice.waiting_for_input,
-        prompt=notice.prompt,
-        worker_exited=notice.worker_exited,
-    )
-
-
-def _merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -> CellResult:
-    """One result for a whole cell: the outputs (status notices removed) and every image."""
-    last = chunks[-1]
-    text = "".join(read_notices(chunk.text).output for chunk in chunks)
-    return CellResult(
-        text=text,
-        content=[block for chunk in chunks for block in chunk.content],
-        images=[image for chunk in chunks for image in chunk.images],
-        structured=last.structured,
-        is_error=any(chunk.is_error for chunk in chunks),
-        truncated=any(chunk.truncated for chunk in chunks),
-        server=last.server,
-        tool=last.tool,
-        running=running,
-        elapsed=elapsed,
-        waiting_for_input=last.waiting_for_input,
-        prompt=last.prompt,
-        worker_exited=any(chunk.worker_exited for chunk in chunks),
-        limit=next((chunk.limit for chunk in chunks if chunk.limit), None),
-    )
-
-
 class AsyncConsole(NotCopyable):
     """A governed MCP Console session for one workspace.
 
@@ -168,6 +135,8 @@ class AsyncConsole(NotCopyable):
         version_timeout: float = 10.0,
         shutdown_grace: float = 3.0,
         limits: Limits | None = None,
+        stream_window: float = 0.25,
+        events_wait: float = 2.0,
     ) -> None:
         ws = Path(workspace).expanduser()
         if not ws.is_dir():
@@ -233,10 +202,16 @@ class AsyncConsole(NotCopyable):
         self._description = ""
         self._recording: Recording | None = None
         self._state = "new"
-        self._cell_open = False
         self._probe_checked = 0
         self._probe_ms: float | None = None
         self._close_reason: str | None = None
+        #: observation window of run() while on_output is given (output at most this late)
+        self.stream_window = float(stream_window)
+        self._nonce = secrets.token_hex(8)
+        self._sql_withheld: str | None = None
+        self._observer = CellObserver(lambda: self.recording, self._note_recording, events_wait=float(events_wait))
+        self._notices = self._observer.notices
+        self._observer.limit_check = self._limit_check
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -265,23 +240,49 @@ class AsyncConsole(NotCopyable):
         )
         argv = ["serve", "--no-global-config" if self.project_config else "--no-config"]
         argv += ["-c", f"python={python}", *c_args, *self._extra_args]
-        langs = ", ".join(self.languages)
+        langs = ", ".join(self.server_languages)
         argv += ["-c", f"languages=[{langs}]"]
         if "r" in self.languages:
             argv += ["-c", "r.resolution=disabled", "-c", "r.packages=[]"]
-        if "sql" in self.languages and "python" in self.languages and find_r() is not None:
-            # With R installed, SQL goes to R's DuckDB; let Python own it instead.
-            argv += [
-                "-c",
-                "startup.language=python",
-                "-c",
-                'startup.code="import duckdb; _console.sql_connection(duckdb.connect())"',
-            ]
+        if "python" in self.languages:
+            # One startup entry does both: the outcome hooks (see _outcome) and, for SQL, a
+            # DuckDB connection that Python owns (with R installed SQL would go to R's DuckDB).
+            sql = "sql" in self.server_languages
+            code = python_startup_code(self._nonce, sql=sql)
+            argv += ["-c", "startup.language=python", "-c", f"startup.code={yaml_string(code)}"]
         if self.dependencies == "deny":
             argv += ["-c", "tool.parameters.requirements.enabled=false"]
         for root in self._roots:
             argv += ["--writable-root", str(root)]
         return argv, expected
+
+    @property
+    def server_languages(self) -> tuple[str, ...]:
+        """The languages the server offers: ``languages`` minus SQL when it is withheld."""
+        if self._sql_withheld is not None:
+            return tuple(lang for lang in self.languages if lang != "sql")
+        return self.languages
+
+    def _check_worker_env(self, python: Path) -> None:
+        """SQL needs duckdb in the worker's Python: without it SQL is withheld with one notice."""
+        if "sql" not in self.languages or "python" not in self.languages:
+            return
+        missing = missing_modules(python, ("duckdb",), timeout=self.version_timeout)
+        if missing and "duckdb" in missing:
+            self._sql_withheld = (
+                f"SQL is withheld: the worker's Python ({python}) cannot import duckdb. Install it there "
+                "(`pip install duckdb`, or the console-bridge[datascience] extra) or pass python= pointing at "
+                "an environment that has it; Python cells are unaffected."
+            )
+            self._notices.append(self._sql_withheld)
+
+    def _outcome_env(self) -> dict[str, str]:
+        """The R hook: an R_PROFILE_USER file (it sources the user's own), outside the denied
+        session folders so the sandboxed worker can read it; removed when the session ends."""
+        if "r" not in self.languages:
+            return {}
+        text = r_profile_text(self._nonce, self._env.get("R_PROFILE_USER"))
+        return {"R_PROFILE_USER": str(self._confined.write_r_profile(text))}
 
     async def start(self) -> None:
         """Check, launch and verify; raise before any call when anything does not check out.
@@ -306,6 +307,7 @@ class AsyncConsole(NotCopyable):
                     lambda: check_project_overrides(binary.path, self.workspace, timeout=self.version_timeout)
                 )
             python = await anyio.to_thread.run_sync(lambda: worker_python(self._python))
+            await anyio.to_thread.run_sync(lambda: self._check_worker_env(python))
             self._abort_if_closed()
             base = self.recordings_base
             base.mkdir(parents=True, exist_ok=True)
@@ -314,7 +316,12 @@ class AsyncConsole(NotCopyable):
             )
             argv, self._expected = self._serve_args(binary, python)
             self._tmpdir = self._confined.tmpdir
-            env = base_environment() | self._env | {"TMPDIR": str(self._tmpdir), "MCP_CONSOLE_HOME": str(base)}
+            env = (
+                base_environment()
+                | self._env
+                | self._outcome_env()
+                | {"TMPDIR": str(self._tmpdir), "MCP_CONSOLE_HOME": str(base)}
+            )
             config = {
                 "mcpServers": {
                     SERVER: {"command": str(binary.path), "args": argv, "env": env, "cwd": str(self.workspace)}
@@ -340,6 +347,8 @@ class AsyncConsole(NotCopyable):
             )
             await self._conn.connect()
             self._confined.attach(self._conn.supervisor_pid or 0, base)
+            # The hooks write under the TMPDIR as the session's processes see it (a tmpfs of its own).
+            self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
             await self._verify(self._conn, binary)
             self._abort_if_closed()
             await self._probe(base)
@@ -377,7 +386,7 @@ class AsyncConsole(NotCopyable):
         tool = page.items[0]
         schema = tool.get("inputSchema") or {}
         props = schema.get("properties") or {}
-        required = {"control", "stdin", "timeout_ms", *self.languages}
+        required = {"control", "stdin", "timeout_ms", *self.server_languages}
         missing = sorted(required - set(props))
         if missing:
             raise VerificationFailed(
@@ -386,7 +395,7 @@ class AsyncConsole(NotCopyable):
                 server=SERVER,
                 pid=conn.pid,
             )
-        unexpected = sorted(set(props) & set(LANGUAGES) - set(self.languages))
+        unexpected = sorted(set(props) & set(LANGUAGES) - set(self.server_languages))
         if unexpected:
             raise VerificationFailed(
                 f"the send tool offers language(s) {', '.join(unexpected)} that were not requested; stopped",
@@ -509,7 +518,8 @@ class AsyncConsole(NotCopyable):
             pid=self.pid,
             tmpdir=self._tmpdir,
             limits=self._confined.reports(),
-            extra={"probe": {"checked": self._probe_checked, "ms": self._probe_ms}},
+            extra={"probe": {"checked": self._probe_checked, "ms": self._probe_ms}}
+            | ({"notices": list(self._notices)} if self._notices else {}),
             session_id=self._confined.entry.id if self._confined.entry else None,
             supervisor_pid=self._confined.entry.supervisor_pid if self._confined.entry else None,
             deny_read=tuple(self._confined.deny),
@@ -556,6 +566,8 @@ class AsyncConsole(NotCopyable):
         for lang, code in given.items():
             if lang not in self.languages:
                 raise NotAllowed(f"language {lang!r} is not enabled for this console (languages={self.languages})")
+            if lang == "sql" and self._sql_withheld is not None:
+                raise NotAllowed(self._sql_withheld)
             if not isinstance(code, str):
                 raise NotAllowed(f"{lang}= must be a string of code")
         return given
@@ -564,10 +576,11 @@ class AsyncConsole(NotCopyable):
         """One ``send``. An error result raises :class:`ServerError`, except a worker exit (a
         result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
         conn = self._require("send")
+        language = next((lang for lang in LANGUAGES if lang in args), None)
+        mark = self._observer.mark(language)
         started = time.monotonic()
-        if any(lang in args for lang in LANGUAGES):
+        if language is not None:
             self._confined.mark()
-            self._cell_open = True
         try:
             result = await conn.call_tool("send", args)
         except ConnectionClosed as exc:
@@ -584,25 +597,57 @@ class AsyncConsole(NotCopyable):
                     "(nothing was queued)",
                     server=SERVER,
                 ) from None
-            cell = self._with_limit(_cell_from(exc.result, time.monotonic() - started, is_error=True))
-            notice = read_notices(text)
-            if notice.worker_exited or notice.restart_required or errors_as_results:
-                if notice.restart_required:
+            self._observer.submitted(language, mark)
+            cell = await self._observer.observe(exc.result, started, is_error=True)
+            restart = self._observer.last_notice.restart_required
+            if cell.worker_exited or restart or errors_as_results:
+                if restart:
                     await self._restart_worker()
                 return cell
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
-        return self._with_limit(_cell_from(result, time.monotonic() - started))
+        self._observer.submitted(language, mark)
+        return await self._observer.observe(result, started)
 
-    def _with_limit(self, cell: CellResult) -> CellResult:
-        """When a finished cell ran into a session limit (kernel counters say so), say which."""
-        if cell.running or not self._cell_open:
-            return cell
-        self._cell_open = False
-        hit = self._confined.limit_hit(cell.text)
-        if hit is None:
-            return cell
-        notice = f"[console-bridge: the cell hit {self._confined.limit_message(hit)}]\n"
-        return dataclasses.replace(cell, text=cell.text + notice, limit=hit)
+    def _note_recording(self, recording: Recording) -> None:
+        """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
+        import getpass
+
+        from console_bridge import __version__
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = None
+        info = {
+            "run_id": recording.run_id,
+            "workspace": str(self.workspace),
+            "profile": self._profile.name,
+            "owner": str(self.owner),
+            "user": user,
+            "uid": os.getuid(),
+            "languages": list(self.languages),
+            "mcp_console": self.version,
+            "console_bridge": __version__,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        with contextlib.suppress(OSError):
+            write_sidecar(recording.path, info)
+
+    @property
+    def limit_check(self) -> Callable[[], tuple[str, str] | None] | None:
+        """Hook for the confinement layer: called when a cell ended with a failure or a worker exit;
+        returns ``(limit_name, detail)`` when a resource limit stopped it, else None (see ``_observe``)."""
+        return self._observer.limit_check
+
+    @limit_check.setter
+    def limit_check(self, check: Callable[[], tuple[str, str] | None] | None) -> None:
+        self._observer.limit_check = check
+
+    def _limit_check(self) -> tuple[str, str] | None:
+        """The confinement layer's answer for a cell that just ended: did a session limit stop it
+        (kernel counters, not text)?"""
+        hit = self._confined.limit_hit()
+        return None if hit is None else (hit, self._confined.limit_message(hit))
 
     async def _restart_worker(self) -> None:
         conn = self._require("restart")
@@ -643,12 +688,17 @@ class AsyncConsole(NotCopyable):
         sql: str | None = None,
         timeout: float | None = None,
         on_output: Callable[[CellResult], Any] | None = None,
+        check: bool = False,
     ) -> CellResult:
-        """Submit a cell and poll with full windows until it is done; return the whole output.
+        """Submit a cell and poll until it is done; return the whole output (``error`` set when it failed).
 
-        Past ``timeout`` seconds the cell is interrupted (restarted if the interrupt does
-        not take) and :class:`CellTimeout` is raised with the output so far; the session
-        stays usable. ``on_output`` sees each chunk as it arrives.
+        ``timeout`` counts the cell itself, from the moment the worker started it; worker
+        startup has its own bound (``startup_timeout``). Past either the cell is interrupted
+        (restarted if the interrupt does not take) and :class:`CellTimeout` is raised with
+        the output so far; the session stays usable. ``on_output`` receives each piece of
+        the cell's output as it arrives (polled in ``stream_window`` slices, whatever
+        ``poll_window`` is); chunks never hold server notices. ``check=True`` raises
+        :class:`CellError` when the cell failed (see :meth:`CellResult.raise_for_error`).
         """
         code = self._code_args(python, r, sql)
         if not code:
@@ -656,33 +706,65 @@ class AsyncConsole(NotCopyable):
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
             raise NotAllowed(f"timeout must be a positive number of seconds, not {timeout!r}")
         started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
+        startup_deadline = started + self.startup_timeout
+        deadline: float | None = None
+        cell_started = saw_phase = False
         chunks: list[CellResult] = []
         args: dict[str, Any] = dict(code)
+        reason = ""
         while True:
-            window = (
-                self.poll_window if deadline is None else max(0.0, min(self.poll_window, deadline - time.monotonic()))
-            )
+            now = time.monotonic()
+            window = self.poll_window
+            if on_output is not None or (timeout is not None and not cell_started):
+                window = min(window, self.stream_window)
+            limit = deadline if deadline is not None else (startup_deadline if not cell_started else None)
+            if limit is not None:
+                window = max(0.0, min(window, limit - now))
             args["timeout_ms"] = int(window * 1000)
             chunk = await self._call(args)
             chunks.append(chunk)
-            if on_output is not None:
+            # The cell started: the recording says so (0.0.6), output came, it ended, or (0.0.5, which
+            # records no start) the server no longer reports a worker-preparation phase.
+            starting = self._observer.last_notice.starting
+            saw_phase = saw_phase or starting
+            # A worker that was prepared runs the bridge's Python startup code before the cell: its
+            # "ready" note (last_started_at) marks the start then, not the end of the phase.
+            no_phase = self.version == "0.0.5" and not starting and not (saw_phase and "python" in self.languages)
+            if not cell_started and (
+                self._observer.last_started_at is not None or chunk.text or not chunk.running or no_phase
+            ):
+                cell_started = True
+                begun = time.monotonic()
+                if self._observer.last_started_at is not None:
+                    begun -= max(0.0, time.time() - self._observer.last_started_at)
+                if timeout is not None:
+                    deadline = begun + timeout
+            if on_output is not None and (chunk.text or chunk.images or not chunk.running):
                 outcome = on_output(chunk)
                 if isinstance(outcome, Awaitable):
                     await outcome
             if not chunk.running:
-                return _merge(chunks, time.monotonic() - started)
-            if deadline is not None and time.monotonic() >= deadline:
+                result = merge(chunks, time.monotonic() - started)
+                return result.raise_for_error() if check else result
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                reason = f"the cell ran past timeout={timeout:g}s; it was interrupted and the session lives on"
+                break
+            if not cell_started and now >= startup_deadline:
+                reason = (
+                    f"the worker did not start the cell within startup_timeout={self.startup_timeout:g}s (the cell "
+                    "never ran); it was stopped and the session lives on. Raise startup_timeout on a slow machine."
+                )
                 break
             args = {}
         chunks.extend(await self._stop_cell())
         chunks.extend(await self._stop_leftover_work())
-        partial = _merge(chunks, time.monotonic() - started)
+        partial = merge(chunks, time.monotonic() - started)
         raise CellTimeout(
-            f"the cell ran past timeout={timeout:g}s; it was interrupted and the session lives on "
-            "(the output so far is on .result)",
+            f"{reason} (the output so far is on .result)",
             result=partial,
             server=SERVER,
+            details={"cell_started": cell_started},
         )
 
     async def _stop_cell(self, grace_ms: int = 5000) -> list[CellResult]:
@@ -692,7 +774,7 @@ class AsyncConsole(NotCopyable):
         chunks = [await self._call({"control": "interrupt", "timeout_ms": grace_ms}, errors_as_results=True)]
         if chunks[-1].running:
             chunks.append(await self._call({"timeout_ms": grace_ms}, errors_as_results=True))
-        if chunks[-1].running or chunks[0].is_error:
+        if chunks[-1].running or (chunks[0].is_error and chunks[0].error is None):
             # Still running, or the interrupt broke worker startup: a fresh worker makes the
             # session usable again (a worker that never started held no state).
             chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}, errors_as_results=True))
@@ -763,7 +845,8 @@ class AsyncConsole(NotCopyable):
         later call would fail (the model cannot restart by itself).
         """
         result = await self._call({"control": "interrupt", "timeout_ms": timeout_ms}, errors_as_results=True)
-        if result.is_error and not result.worker_exited:
+        if result.is_error and result.error is None:
+            # A server error result (not the cell's KeyboardInterrupt, not a worker exit).
             await self._restart_worker()
         return result
 
@@ -876,8 +959,8 @@ class AsyncConsole(NotCopyable):
                 why = f"the approval gate raised {error}" if error else "the approval gate said no"
                 raise ApprovalDenied(f"send was not approved: {why}; nothing was run", server=SERVER)
         if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
-            return await self._interrupt_cell(args["timeout_ms"])
-        return await self._call(args)
+            return for_model(await self._interrupt_cell(args["timeout_ms"]))
+        return for_model(await self._call(args))
 
     def _audit_refusal(self, arguments: Mapping[str, Any], reason: str) -> None:
         log = self.policy.audit_log

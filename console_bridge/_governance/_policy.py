@@ -142,7 +142,15 @@ class Exposure:
     reasons: tuple[str, ...]  # why it is not read-only / why it needs approval
 
 
-def exposure(policy: Policy, annotations: Mapping[str, Any] | None, flags: tuple[str, ...]) -> Exposure:
+TASK_REQUIRED = "requires task-augmented calls"
+
+
+def exposure(
+    policy: Policy,
+    annotations: Mapping[str, Any] | None,
+    flags: tuple[str, ...],
+    execution: Mapping[str, Any] | None = None,
+) -> Exposure:
     """Decide whether a tool is exposed and whether each call needs approval.
 
     ============  =====================  ==========================================
@@ -152,7 +160,12 @@ def exposure(policy: Policy, annotations: Mapping[str, Any] | None, flags: tuple
     read_write    approval if            approval, always
                   approve_writes
     ============  =====================  ==========================================
+
+    A tool whose ``execution.taskSupport`` is ``"required"`` is never exposed.
     """
+    if isinstance(execution, Mapping) and execution.get("taskSupport") == "required":
+        # Every plain tools/call of it fails; the bridge does not make task-augmented calls.
+        return Exposure(False, False, (TASK_REQUIRED,))
     reasons: list[str] = []
     read_only = is_positively_read_only(annotations)
     if not read_only:

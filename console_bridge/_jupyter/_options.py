@@ -25,7 +25,7 @@ DEFAULT_POLL_WINDOW = 1.0
 LANGUAGES = ("python", "sql", "r")
 USAGE = (
     "%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR] [--timeout SECONDS] "
-    "[--poll-window SECONDS] [--recordings-dir DIR]"
+    "[--poll-window SECONDS] [--recordings-dir DIR] [--python VENV]"
 )
 
 
@@ -43,6 +43,7 @@ class CellOptions:
     workspace: str | None = None
     poll_window: float | None = None
     recordings_dir: str | None = None
+    python: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,7 @@ class SessionSpec:
     poll_window: float = DEFAULT_POLL_WINDOW
     recordings_dir: Path | None = None
     languages: tuple[str, ...] = ("python", "sql")
+    python: Path | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,6 +84,7 @@ def _parser() -> _Parser:
     parser.add_argument("--timeout", type=_seconds)
     parser.add_argument("--poll-window", type=_seconds)
     parser.add_argument("--recordings-dir")
+    parser.add_argument("--python")
     return parser
 
 
@@ -99,6 +102,7 @@ def parse_cell_line(line: str) -> CellOptions:
         workspace=ns.workspace,
         poll_window=ns.poll_window,
         recordings_dir=ns.recordings_dir,
+        python=ns.python,
     )
 
 
@@ -121,6 +125,7 @@ def plan_session(current: SessionSpec | None, options: CellOptions, *, cwd: Path
         poll_window=options.poll_window if options.poll_window is not None else spec.poll_window,
         recordings_dir=_path(recordings, cwd) if recordings is not None else spec.recordings_dir,
         languages=spec.languages if options.language in spec.languages else (*spec.languages, options.language),
+        python=_path(options.python, cwd) if options.python is not None else spec.python,
     )
 
 
@@ -133,6 +138,7 @@ def describe_change(old: SessionSpec, new: SessionSpec) -> str:
         ("poll window", old.poll_window, new.poll_window),
         ("recordings dir", old.recordings_dir, new.recordings_dir),
         ("languages", ", ".join(old.languages), ", ".join(new.languages)),
+        ("python", old.python, new.python),
     ):
         if before != after:
             parts.append(f"{label} {str(before)!r} -> {str(after)!r}")

@@ -1,33 +1,20 @@
 """Pure helpers for ``run``: a file's language, the output of a chunk, and whether a cell failed.
 
-mcp-console returns a Python traceback, an R error or a SQL error as ordinary output
-(``isError`` is false), so ``run`` decides from the text, per language:
-
-- Python: a line ``Traceback (most recent call last):``, or a syntax error report (a line
-  ``File "<mcp-console:...>"`` followed by ``SyntaxError``/``IndentationError``/``TabError``).
-  A handled exception printed with ``traceback.print_exc()`` counts too.
-- R: a line ``Error in ... :`` or ``Error: ...`` (how R reports an uncaught error).
-- SQL: the same ``Error: ...`` line (how DuckDB's errors come back).
-
-Any language: an error result (``is_error``), or the worker exiting with a non-zero status.
+Whether a cell failed is never read from its text: a cell can print a fake traceback,
+and a handled exception logged with ``logging.exception`` is not a failure. ``run``
+uses ``CellResult.error``, which the worker's own hooks report (see
+``console_bridge/_console/_outcome.py``), and ``is_error`` (a server error result).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import PurePath
 
-from console_bridge._console._cells import read_notices
 from console_bridge._results import CellResult
 
 __all__ = ["EXTENSIONS", "chunk_output", "code_error", "language_for"]
 
 EXTENSIONS = {".py": "python", ".r": "r", ".sql": "sql"}
-_DONE = "[done]"
-_TRACEBACK = "Traceback (most recent call last):"
-_CELL_FRAME = re.compile(r'^\s+File "<mcp-console:[^>]*>", line \d+')
-_SYNTAX = re.compile(r"^(SyntaxError|IndentationError|TabError)\b")
-_R_ERROR = re.compile(r"^Error(?: in .+?)?\s*:")
 
 
 def language_for(name: str) -> str | None:
@@ -36,29 +23,21 @@ def language_for(name: str) -> str | None:
 
 
 def chunk_output(chunk: CellResult) -> str:
-    """A chunk's output with mcp-console's status notices (and a bare ``[done]``) removed."""
-    output = read_notices(chunk.text).output
-    return "" if output.strip() == _DONE else output
+    """A chunk's output (the library has already moved the server's notices into fields)."""
+    return chunk.text
 
 
-def code_error(language: str, output: str, result: CellResult | None = None) -> str | None:
+def code_error(result: CellResult) -> str | None:
     """Why the cell counts as failed (a short phrase), or None when it succeeded."""
-    if result is not None:
-        notice = read_notices(result.text)
-        if result.worker_exited or notice.worker_exited:
-            status = notice.exit_status
-            if status is None or status != 0:
-                return f"the worker exited with status {status if status is not None else 'unknown'}"
-        elif result.is_error:
-            return "mcp-console returned an error result"
-    lines = output.splitlines()
-    if language == "python":
-        if any(line.startswith(_TRACEBACK) for line in lines):
-            return "the code raised an exception"
-        for index, line in enumerate(lines):
-            if _CELL_FRAME.match(line) and any(_SYNTAX.match(later) for later in lines[index + 1 :]):
-                return "the code has a syntax error"
-        return None
-    if any(_R_ERROR.match(line) for line in lines):
-        return "the code raised an error" if language == "r" else "the query failed"
+    error = result.error
+    if error is not None:
+        if error.kind == "worker_exited":
+            return error.message
+        if error.kind == "limit":
+            return f"stopped at the {error.name} limit ({error.message})"
+        what = {"sql": "the query failed", "r": "the code raised an error"}.get(error.language, "the code raised")
+        message = error.message.strip().splitlines()[0] if error.message.strip() else ""
+        return f"{what}: {error.name}" + (f": {message}" if message else "")
+    if result.is_error and not result.worker_exited:  # a worker that exited with status 0 is fine
+        return "mcp-console returned an error result"
     return None

@@ -21,6 +21,7 @@ from console_bridge._console._launch import worker_python
 from console_bridge._console._recordings import Recordings, default_recordings_root
 from console_bridge._console._session import AsyncConsole
 from console_bridge._console._version import QUALIFIED_VERSIONS, Binary, check_binary, resolve_command
+from console_bridge._console._worker_env import missing_modules
 from console_bridge._errors import BridgeError
 from console_bridge.cli._common import error_text, human_size, table
 
@@ -118,7 +119,8 @@ def _check_duckdb(prefix: Path | None) -> Check:
         return Check(
             "duckdb",
             "warn",
-            f"not importable in {prefix}; SQL cells will fail. Install it there: {prefix}/bin/pip install duckdb",
+            f"not importable in {prefix}; SQL is withheld (Python cells work). Install it there: "
+            f"{prefix}/bin/pip install duckdb",
             required=False,
             data={"importable": False},
         )
@@ -129,6 +131,28 @@ def _check_duckdb(prefix: Path | None) -> Check:
         f"{version} importable in the worker's venv (SQL cells work)",
         required=False,
         data={"importable": True, "version": version},
+    )
+
+
+_DATA_PACKAGES = ("pandas", "pyarrow", "matplotlib")
+
+
+def _check_packages(prefix: Path | None) -> Check:
+    """What an analysis usually imports (the console-bridge[datascience] extra); informational."""
+    if prefix is None:
+        return Check("data packages", "skip", "no worker python", required=False)
+    missing = missing_modules(prefix, _DATA_PACKAGES, timeout=_PROBE_TIMEOUT)
+    if missing is None:
+        return Check("data packages", "warn", "could not check the worker's venv", required=False)
+    if not missing:
+        return Check("data packages", "ok", f"{', '.join(_DATA_PACKAGES)} importable", required=False)
+    return Check(
+        "data packages",
+        "info",
+        f"not in the worker's venv: {', '.join(missing)} (cells that import them fail). Add them with "
+        f"{prefix}/bin/pip install 'console-bridge[datascience]' or the packages you need",
+        required=False,
+        data={"missing": list(missing)},
     )
 
 
@@ -331,6 +355,7 @@ def doctor_command(
         _check_sandbox(binary, prefix, timeout),
         python_check,
         _check_duckdb(prefix),
+        _check_packages(prefix),
         _check_r(),
         _check_recordings(recordings_dir.absolute() if recordings_dir else default_recordings_root()),
         *_check_configs(Path.cwd()),

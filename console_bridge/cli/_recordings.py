@@ -37,6 +37,10 @@ def _as_dict(rec: Recording, *, detail: bool = False) -> dict[str, Any]:
         "finalized": rec.finalized,
         "live": rec.live,
         "layout": rec.layout,
+        "workspace": rec.workspace,
+        "profile": rec.profile,
+        "owner": rec.owner,
+        "user": rec.info.get("user"),
     }
     if detail:
         transcript = rec.transcript
@@ -57,6 +61,29 @@ def root_option(func: F) -> F:
 def _recordings(ctx: click.Context, root: Path | None) -> Recordings:
     chosen = root if root is not None else (ctx.obj or {}).get("root")
     return Recordings(chosen if chosen is not None else default_recordings_root())
+
+
+def scope_options(func: F) -> F:
+    func = click.option(
+        "--all",
+        "all_workspaces",
+        is_flag=True,
+        help="Every recording under the root, whichever workspace made it.",
+    )(func)
+    return click.option(
+        "--workspace",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="The workspace whose recordings to act on (default: the current folder).",
+    )(func)
+
+
+def _scope(workspace: Path | None, all_workspaces: bool) -> Path | None:
+    """The workspace to filter by (None: everything)."""
+    if all_workspaces:
+        if workspace is not None:
+            raise click.UsageError("--all and --workspace exclude each other")
+        return None
+    return (workspace or Path.cwd()).resolve()
 
 
 def _message(exc: BaseException) -> str:
@@ -100,30 +127,41 @@ def recordings_group(ctx: click.Context, root: Path | None) -> None:
 
 @recordings_group.command(
     "list",
-    help="""List recordings, newest first.
+    help="""List the current workspace's recordings, newest first (--all: every workspace's).
 
 \b
 Examples:
   console-bridge recordings list
-  console-bridge recordings list --root ./recs --json
+  console-bridge recordings list --all
+  console-bridge recordings list --workspace ../analysis --root ./recs --json
 """,
 )
 @root_option
+@scope_options
 @click.option("--json", "json_output", is_flag=True, help="Print JSON.")
 @click.pass_context
-def list_recordings(ctx: click.Context, root: Path | None, json_output: bool) -> None:
+def list_recordings(
+    ctx: click.Context, root: Path | None, workspace: Path | None, all_workspaces: bool, json_output: bool
+) -> None:
     recs = _recordings(ctx, root)
-    found = recs.list()
+    scope = _scope(workspace, all_workspaces)
+    found = recs.list(workspace=scope)
+    where = f"under {recs.root}" + (f" for workspace {scope}" if scope is not None else "")
     if json_output:
-        click.echo(json.dumps({"root": str(recs.root), "recordings": [_as_dict(r) for r in found]}, indent=2))
+        document = {"root": str(recs.root), "workspace": str(scope) if scope else None}
+        click.echo(json.dumps({**document, "recordings": [_as_dict(r) for r in found]}, indent=2))
         return
     if not found:
-        click.echo(f"no recordings under {recs.root}")
+        hint = " (--all lists every workspace's)" if scope is not None else ""
+        click.echo(f"no recordings {where}{hint}")
         return
-    rows = [[r.run_id, iso(r.started_at) or "?", human_size(r.size_bytes), _state(r)] for r in found]
-    click.echo(table(["run id", "started (UTC)", "size", "state"], rows))
+    rows = [
+        [r.run_id, iso(r.started_at) or "?", human_size(r.size_bytes), _state(r), r.profile or "?", r.workspace or "?"]
+        for r in found
+    ]
+    click.echo(table(["run id", "started (UTC)", "size", "state", "profile", "workspace"], rows))
     total = sum(r.size_bytes for r in found)
-    click.echo(f"\n{len(found)} recording{'s' if len(found) != 1 else ''}, {human_size(total)}, under {recs.root}")
+    click.echo(f"\n{len(found)} recording{'s' if len(found) != 1 else ''}, {human_size(total)}, {where}")
 
 
 @recordings_group.command(
@@ -163,7 +201,9 @@ def show_recording(ctx: click.Context, run_id: str, root: Path | None, transcrip
     help="""Delete recordings by age, count and total size (never a live one).
 
 A recording goes when it is older than --older-than, or beyond the newest
---keep-last, or when the newer ones already add up to --max-size.
+--keep-last, or when the newer ones already add up to --max-size. The rules apply
+to the current workspace's recordings (what `recordings list` shows); --all applies
+them to every recording under the root.
 
 \b
 Examples:
@@ -173,6 +213,7 @@ Examples:
 """,
 )
 @root_option
+@scope_options
 @click.option("--older-than", type=Duration(), help="Age, like 7d, 12h, 30m, 2w.")
 @click.option("--keep-last", type=click.IntRange(min=0), metavar="N", help="Keep the newest N.")
 @click.option("--max-size", type=ByteSize(), help="Total size to keep, like 500M or 1G.")
@@ -182,6 +223,8 @@ Examples:
 def prune_recordings(
     ctx: click.Context,
     root: Path | None,
+    workspace: Path | None,
+    all_workspaces: bool,
     older_than: dt.timedelta | None,
     keep_last: int | None,
     max_size: int | None,
@@ -191,9 +234,12 @@ def prune_recordings(
     if older_than is None and keep_last is None and max_size is None:
         raise click.UsageError("give at least one of --older-than, --keep-last, --max-size")
     recs = _recordings(ctx, root)
-    sizes = {rec.run_id: rec.size_bytes for rec in recs.list()}
+    scope = _scope(workspace, all_workspaces)
+    sizes = {rec.run_id: rec.size_bytes for rec in recs.list(workspace=scope)}
     try:
-        gone = recs.prune(older_than=older_than, keep_last=keep_last, max_total_bytes=max_size, dry_run=dry_run)
+        gone = recs.prune(
+            older_than=older_than, keep_last=keep_last, max_total_bytes=max_size, dry_run=dry_run, workspace=scope
+        )
     except (BridgeError, OSError) as exc:
         fail(f"pruning {recs.root} failed: {_message(exc)}")
     freed = sum(sizes.get(rec.run_id, 0) for rec in gone)

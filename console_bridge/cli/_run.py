@@ -18,20 +18,19 @@ from typing import Any
 import anyio
 import click
 
-from console_bridge._console._cells import read_notices
 from console_bridge._console._sandbox import SandboxPolicy
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import BridgeError, CellTimeout
 from console_bridge._results import CellResult, Image
 from console_bridge.cli import _artifacts as artifacts
-from console_bridge.cli._common import PREFIX, ExitCode, error_text, exit_code_for, human_size, iso
+from console_bridge.cli._common import PREFIX, ExitCode, error_text, exit_code_for, fail, human_size, iso
 from console_bridge.cli._detect import chunk_output, code_error, language_for
 from console_bridge.cli._output import CellOutput, escape_controls
 
 __all__ = ["run_command"]
 
 _TICK = 0.2  # seconds between redraws of the TTY status line
-_STARTUP_TIMEOUT = 60.0  # seconds, the library's default, capped by --timeout
+_STARTUP_TIMEOUT = 60.0  # seconds, the library's default (--startup-timeout)
 
 
 # ---------------------------------------------------------------- what to run
@@ -224,6 +223,8 @@ class Options:
     recordings_dir: str | None
     command: str | None
     raw: bool = False
+    project_config: bool = False
+    startup_timeout: float = 60.0
 
 
 @dataclass
@@ -233,6 +234,7 @@ class RunState:
     files: list[FileRun]
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     started: float = field(default_factory=time.monotonic)
+    cell_time: float = 0.0  # seconds the cells ran (what --timeout counts)
     ended_at: dt.datetime | None = None
     exit_code: ExitCode = ExitCode.OK
     error: str | None = None
@@ -306,9 +308,10 @@ async def _session(opts: Options, state: RunState, term: Terminal) -> None:
 
 
 def _remaining(opts: Options, state: RunState) -> float | None:
+    """What is left of --timeout: it counts the cells' run time, not the session's startup."""
     if opts.timeout is None:
         return None
-    return opts.timeout - (time.monotonic() - state.started)
+    return opts.timeout - state.cell_time
 
 
 async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
@@ -319,7 +322,6 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
         languages.append("r")
     term.set_label("starting mcp-console")
     try:
-        remaining = _remaining(opts, state)
         console = AsyncConsole(
             opts.workspace,
             profile=opts.profile,
@@ -328,8 +330,9 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
             python=opts.python,
             languages=languages,
             poll_window=opts.poll_window,
-            startup_timeout=min(_STARTUP_TIMEOUT, remaining) if remaining is not None else _STARTUP_TIMEOUT,
+            startup_timeout=opts.startup_timeout,
             recordings_dir=opts.recordings_dir,
+            project_config=opts.project_config,
         )
         state.console = console
         try:
@@ -379,7 +382,7 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
 
     def on_output(chunk: CellResult) -> None:
         text = chunk_output(chunk)
-        run.streamed.append(read_notices(chunk.text).output)
+        run.streamed.append(chunk.text)
         if text:
             run.chunks.append(text)
             term.write(text)
@@ -396,7 +399,8 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
         run.status, run.elapsed = "ok", 0.0
         return True
     try:
-        result = await console.run(**{language: run.source.code}, timeout=remaining, on_output=on_output)
+        code: dict[str, Any] = {language: run.source.code}
+        result = await console.run(**code, timeout=remaining, on_output=on_output)
     except CellTimeout as exc:
         # What the interrupt itself printed (where the code was): not streamed by on_output.
         partial = exc.result.text if exc.result is not None else ""
@@ -406,11 +410,20 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
             run.chunks.append(rest)
             term.write(rest)
         run.status = "timeout"
+        if not exc.details.get("cell_started", True):
+            run.error = "never started: the worker did not start it in time"
+            state.fail(
+                ExitCode.TIMEOUT,
+                f"{name} never started: the worker did not start it within --startup-timeout="
+                f"{opts.startup_timeout:g}s (--timeout counts only the code's run time). Raise --startup-timeout "
+                "on a slow machine, or check `console-bridge doctor`.",
+            )
+            return False
         run.error = f"interrupted after --timeout={opts.timeout:g}s"
         state.fail(
             ExitCode.TIMEOUT,
-            f"{name} was still running when the run reached --timeout={opts.timeout:g}s; it was interrupted "
-            "and the session closed. Raise --timeout or make the code faster.",
+            f"{name} was still running when its cells reached --timeout={opts.timeout:g}s (startup not counted); "
+            "it was interrupted and the session closed. Raise --timeout or make the code faster.",
         )
         return False
     except BridgeError as exc:
@@ -422,6 +435,7 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
         return False
     finally:
         run.elapsed = time.monotonic() - started
+        state.cell_time += run.elapsed
         term.end_file()
     if result.waiting_for_input:
         with contextlib.suppress(BridgeError):
@@ -434,7 +448,7 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
             "stdin; it was interrupted. Put the value in the code or read it from a file.",
         )
         return False
-    why = code_error(language, run.output, result)
+    why = code_error(result)
     if why is not None:
         run.status, run.error = "error", why
         where = "the output above" if term.stream else "its output"
@@ -467,7 +481,22 @@ def _artifacts_target(path: Path) -> str:
 
 
 # ---------------------------------------------------------------- the command
+def check_usage(opts: Options) -> None:
+    """Usage mistakes exit 2 before anything starts: an unknown profile, a writable root that is not an
+    existing folder (a refused root, such as home, stays a launch refusal, exit 3)."""
+    from console_bridge._console._profiles import load_profile
+
+    try:
+        load_profile(opts.profile)
+    except BridgeError as exc:
+        fail(f"--profile: {error_text(exc)} (see `console-bridge profiles`)", ExitCode.USAGE)
+    for root in opts.writable_roots:
+        if not Path(root).expanduser().is_dir():
+            fail(f"--writable-root {root!r} is not an existing folder; create it first", ExitCode.USAGE)
+
+
 def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
+    check_usage(opts)
     sources = load_sources(files, language)
     expected_real = _artifacts_target(opts.artifacts) if opts.artifacts is not None else ""
     state = RunState(files=[FileRun(source) for source in sources])
@@ -620,7 +649,18 @@ Examples:
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
     metavar="SECONDS",
-    help="Limit for the whole run, startup included; past it the running cell is interrupted (exit 4).",
+    help=(
+        "Limit for the code's run time (all files together; the session's startup is not counted and has "
+        "its own bound); past it the running cell is interrupted (exit 4)."
+    ),
+)
+@click.option(
+    "--startup-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=_STARTUP_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Bound on starting the session and its worker (not counted by --timeout); past it: exit 4.",
 )
 @click.option(
     "--poll-window",
@@ -652,7 +692,22 @@ Examples:
     "--quiet", "-q", is_flag=True, help="No status line and no informational messages on stderr; errors still print."
 )
 @click.option("--debug", is_flag=True, help="On errors, print the Python traceback and the server's stderr tail.")
-@click.option("--python", metavar="VENV", help="The venv the Python worker runs in (default: this interpreter's venv).")
+@click.option(
+    "--python",
+    metavar="VENV",
+    help=(
+        "The venv the Python worker runs in (default: this interpreter's venv). It needs what the code imports, "
+        "and duckdb for SQL; `console-bridge doctor --python VENV` checks it."
+    ),
+)
+@click.option(
+    "--project-config",
+    is_flag=True,
+    help=(
+        "Load the workspace's .agents/console/config.yaml (refused by default: it can widen the sandbox; the "
+        "advertised sandbox is still verified)."
+    ),
+)
 @click.option(
     "--recordings-dir",
     type=click.Path(file_okay=False),
@@ -688,5 +743,7 @@ def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | N
         recordings_dir=options["recordings_dir"],
         command=options["command"],
         raw=options["raw"],
+        project_config=options["project_config"],
+        startup_timeout=options["startup_timeout"],
     )
     ctx.exit(execute(opts, files, language.lower() if language else None))

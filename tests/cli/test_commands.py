@@ -129,6 +129,8 @@ def _older_copy(recs: Path, run_id: str) -> str:
     """A second, older recording: a real one copied under an earlier run-id."""
     older = "20200101T000000.000000000Z-" + run_id.rsplit("-", 1)[1]
     shutil.copytree(recs / "sessions" / run_id, recs / "sessions" / older, copy_function=shutil.copyfile)
+    sidecar = json.loads((recs / "sessions" / f"{run_id}.console-bridge.json").read_text())
+    (recs / "sessions" / f"{older}.console-bridge.json").write_text(json.dumps({**sidecar, "run_id": older}))
     return older
 
 
@@ -138,7 +140,12 @@ def test_recordings_list_prune_export_delete(tmp_path: Path) -> None:
     write(tmp_path, "one.py", "print('one')\n")
     maker = start(["run", "-q", "--recordings-dir", str(recs), "one.py"], tmp_path, tmp_path, stdout=subprocess.PIPE)
     assert maker.communicate(timeout=90)[0] == "one\n" and maker.returncode == 0
-    (newest,) = os.listdir(recs / "sessions")
+    (newest,) = [name for name in os.listdir(recs / "sessions") if not name.endswith(".json")]
+    sidecar = recs / "sessions" / f"{newest}.console-bridge.json"
+    assert sidecar.stat().st_mode & 0o777 == 0o600
+    info = json.loads(sidecar.read_text())
+    assert info["workspace"] == str(tmp_path.resolve()) and info["profile"] == "read-only"
+    assert info["owner"] == "host" and "token" not in sidecar.read_text().lower()
     oldest = _older_copy(recs, newest)
 
     def batch(*commands: list[str]) -> list[tuple[str, str, int]]:
@@ -170,8 +177,18 @@ def test_recordings_list_prune_export_delete(tmp_path: Path) -> None:
     assert (recs / "sessions" / newest).is_dir()
 
     runner = CliRunner()
-    table = runner.invoke(cli, ["recordings", "list", "--root", str(recs)])
+    table = runner.invoke(cli, ["recordings", "list", "--root", str(recs), "--workspace", str(tmp_path)])
     assert table.exit_code == 0 and newest in table.output and "finalized" in table.output
+    assert "read-only" in table.output and str(tmp_path.resolve()) in table.output
+    elsewhere = runner.invoke(cli, ["recordings", "list", "--root", str(recs), "--workspace", str(recs)])
+    assert elsewhere.exit_code == 0 and newest not in elsewhere.output and "--all" in elsewhere.output
+    everything = runner.invoke(cli, ["recordings", "list", "--root", str(recs), "--all"])
+    assert newest in everything.output
+    other_ws = runner.invoke(
+        cli, ["recordings", "prune", "--root", str(recs), "--workspace", str(recs), "--keep-last", "0"]
+    )
+    assert other_ws.exit_code == 0 and "deleted 0 recordings" in other_ws.output
+    assert (recs / "sessions" / newest).is_dir()  # prune applies to the listed set only
     shown = runner.invoke(cli, ["recordings", "show", newest, "--root", str(recs), "--transcript"])
     assert shown.exit_code == 0 and "finalized:  True" in shown.output
     missing = runner.invoke(cli, ["recordings", "show", "20200101T000000.000000000Z-0000000001", "--root", str(recs)])

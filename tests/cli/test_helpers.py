@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 
+from console_bridge._console._outcome import limit_failure, worker_exited_failure
 from console_bridge._errors import (
     BridgeError,
     CallTimeout,
@@ -16,7 +17,7 @@ from console_bridge._errors import (
     ServerError,
     VersionRefused,
 )
-from console_bridge._results import CellResult
+from console_bridge._results import CellFailure, CellResult
 from console_bridge.cli._common import (
     ExitCode,
     error_text,
@@ -28,63 +29,40 @@ from console_bridge.cli._common import (
 )
 from console_bridge.cli._detect import chunk_output, code_error, language_for
 
-# Outputs as mcp-console 0.0.6 returns them.
-TRACEBACK = (
-    'Traceback (most recent call last):\n  File "<mcp-console:python:e2>", line 1, in <module>\n'
-    "ZeroDivisionError: division by zero\n"
-)
-SYNTAX = '  File "<mcp-console:python:e5>", line 1\n    def f(:\n          ^\nSyntaxError: invalid syntax\n'
-SQL_ERROR = (
-    'Error: Catalog Error: Table with name nope does not exist!\nDid you mean "pg_enum"?\n\n'
-    "LINE 1: select * from nope\n                      ^^^^\n"
-)
-WORKER_EXIT = (
-    "[worker sideband read failed: worker sideband closed]\n[worker exited with status {status}]\n"
-    "[worker stopped: in-memory state lost]\n[starting new worker]\n"
-)
-
 
 def cell(text: str, **kwargs: object) -> CellResult:
     return CellResult(text=text, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
-    ("language", "output", "expected"),
+    "text",
     [
-        ("python", "hello\n", None),
-        ("python", TRACEBACK, "the code raised an exception"),
-        ("python", "before\n" + TRACEBACK, "the code raised an exception"),
-        ("python", SYNTAX, "the code has a syntax error"),
-        ("python", "Error: this is only printed text\n", None),
-        ("python", 'File "<mcp-console:python:e1>" is just text\n', None),
-        ("sql", "answer\n------\n42\n", None),
-        ("sql", SQL_ERROR, "the query failed"),
-        ("r", "[1] 42\n", None),
-        ("r", "Error in log(-1) : argument is not numeric\n", "the code raised an error"),
-        ("r", "Error: object 'x' not found\n", "the code raised an error"),
-        ("r", "Error rate: 0.1\n", None),
+        'Traceback (most recent call last):\n  File "<mcp-console:python:e2>", line 1\nZeroDivisionError: x\n',
+        "Error: Catalog Error: Table with name nope does not exist!\n",
+        "Error in log(-1) : argument is not numeric\n",
     ],
 )
-def test_code_error_from_output(language: str, output: str, expected: str | None) -> None:
-    assert code_error(language, output) == expected
+def test_code_error_never_reads_the_text(text: str) -> None:
+    assert code_error(cell(text)) is None
 
 
-def test_code_error_from_the_result() -> None:
-    crashed = cell(WORKER_EXIT.format(status=3), is_error=True, worker_exited=True)
-    assert code_error("python", "", crashed) == "the worker exited with status 3"
-    exited_cleanly = cell(WORKER_EXIT.format(status=0), is_error=True, worker_exited=True)
-    assert code_error("python", "", exited_cleanly) is None
-    assert code_error("python", "", cell("refused", is_error=True)) == "mcp-console returned an error result"
-    assert code_error("python", "fine\n", cell("fine\n")) is None
+def test_code_error_from_the_failure() -> None:
+    raised = cell("", error=CellFailure("python", "ZeroDivisionError", "division by zero"))
+    assert code_error(raised) == "the code raised: ZeroDivisionError: division by zero"
+    query = cell("", error=CellFailure("sql", "Catalog Error", "Table with name nope does not exist!\nDid you"))
+    assert code_error(query) == "the query failed: Catalog Error: Table with name nope does not exist!"
+    r_error = cell("", error=CellFailure("r", "simpleError", "boom"))
+    assert code_error(r_error) == "the code raised an error: simpleError: boom"
+    crashed = cell("", is_error=True, worker_exited=True, error=worker_exited_failure("python", 3))
+    assert code_error(crashed) is not None and "status 3" in code_error(crashed)  # type: ignore[operator]
+    limit = cell("", error=limit_failure("memory", "python"))
+    assert code_error(limit) is not None and "memory limit" in code_error(limit)  # type: ignore[operator]
+    assert code_error(cell("", is_error=True, worker_exited=True)) is None  # sys.exit(0)
+    assert code_error(cell("refused", is_error=True)) == "mcp-console returned an error result"
+    assert code_error(cell("fine\n")) is None
 
 
-def test_chunk_output_drops_notices() -> None:
-    running = "a\n\n[elapsed: 1.0s since admission]\n[running; poll with an empty send]"
-    assert chunk_output(cell(running, running=True)) == "a\n"
-    assert (
-        chunk_output(cell("\n[elapsed: 0.5s since admission; no new output]\n[running; poll with an empty send]")) == ""
-    )
-    assert chunk_output(cell("[done]")) == ""
+def test_chunk_output_is_the_chunk_text() -> None:
     assert chunk_output(cell("b\n")) == "b\n"
 
 

@@ -187,7 +187,7 @@ def test_json_document_stdin_and_a_failing_query(cb: Runner, tmp_path: Path) -> 
     assert "42" in files[0]["output"]
     assert files[1]["output"] == "from stdin\n"
     assert "no_such_table" in files[2]["output"]
-    assert "broken.sql: the query failed (see its output)" in proc.stderr
+    assert "broken.sql: the query failed: Catalog Error" in proc.stderr and "(see its output)" in proc.stderr
 
 
 @pytest.mark.console

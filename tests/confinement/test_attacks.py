@@ -155,8 +155,8 @@ async def test_fork_bomb_stops_at_the_process_limit(tmp_path: Path, workspace: P
         out = await console.run(python=code, timeout=60)
         assert "refused after" in out.text, out.text
         assert int(out.text.split("refused after")[1].split()[0]) < 128
-        assert out.limit == "processes"
-        assert "process limit" in out.text
+        assert out.error is not None and out.error.kind == "limit" and out.error.name == "processes", out.error
+        assert "process limit" in out.error.message
         await _works(console)
         await _works(bystander)
         assert (await bystander.run(python="import os; os.fork() or os._exit(0); print('forked')")).text
@@ -166,8 +166,8 @@ async def test_memory_hog_stops_at_the_memory_limit(workspace: Path, recordings:
     async with _console(workspace, limits=Limits(memory="256MiB"), recordings_dir=recordings) as console:
         assert console.status().limits["memory"]["enforced_by"] in ("cgroup1", "cgroup2")
         out = await console.run(python="blocks = []\nwhile True:\n    blocks.append(bytearray(32 << 20))")
-        assert out.limit == "memory", out.text
-        assert "memory limit" in out.text
+        assert out.error is not None and out.error.kind == "limit" and out.error.name == "memory", (out.error, out.text)
+        assert "memory limit" in out.error.message
         await _works(console)
         # the host and the limit are fine: a modest allocation still works
         ok = await console.run(python="x = bytearray(64 << 20); print(len(x))")
@@ -183,7 +183,7 @@ async def test_tmpdir_fill_stops_at_its_cap(workspace: Path, recordings: Path) -
         )
         out = await console.run(python=code)
         assert "No space left on device" in out.text, out.text
-        assert out.limit == "tmpdir"
+        assert out.error is not None and out.error.kind == "limit" and out.error.name == "tmpdir", out.error
         host_tmp = console.status().tmpdir
         assert host_tmp is not None
         # The tmpfs lives in the session's own mount namespace: nothing landed on the host's disk.

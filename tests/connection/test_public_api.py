@@ -13,6 +13,7 @@ from console_bridge import (
     BridgeError,
     Busy,
     CallTimeout,
+    CellError,
     CellTimeout,
     ConnectionClosed,
     DependenciesRefused,
@@ -45,6 +46,7 @@ TREE: dict[type[BaseException], type[BaseException]] = {
     CallTimeout: ConnectionClosed,
     Desynchronized: ConnectionClosed,
     CellTimeout: BridgeError,
+    CellError: BridgeError,
     SchemaDrift: BridgeError,
     ServerError: BridgeError,
 }
@@ -63,6 +65,8 @@ CONTRACT = [
     "AsyncMcpConnection",
     "McpConnection",
     "CellResult",
+    "CellFailure",
+    "CellError",
 ]
 #: Contract names that later issues add; checked whenever they exist.
 LATER = ["AsyncConsole", "Console", "Recordings", "Recording", "AsyncSessionManager", "SessionManager", "SessionInfo"]

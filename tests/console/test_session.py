@@ -70,7 +70,8 @@ async def test_send_window_is_clamped_and_poll_attaches(mcp_console, workspace, 
             if not chunk.running:
                 break
         assert "late" in seen
-        assert "[idle]" in (await console.poll()).text
+        idle = await console.poll()
+        assert idle.idle and idle.text == ""
 
 
 async def test_cell_timeout_interrupts_and_session_lives_on(mcp_console, workspace, recordings):
@@ -260,10 +261,21 @@ async def test_opted_in_project_config_is_still_verified(mcp_console, workspace,
             pass
 
 
-async def test_timeout_during_worker_startup_is_a_cell_timeout(mcp_console, workspace, recordings):
+async def test_timeout_counts_the_cell_not_worker_startup(mcp_console, workspace, recordings):
     async with make(mcp_console, workspace, recordings, poll_window=0.5) as console:
+        # The worker takes far longer than 300 ms to start; the cell itself is quick.
+        first = await console.run(python="print('not cut short')", timeout=0.3)
+        assert first.text == "not cut short\n" and first.error is None
+
+
+async def test_worker_startup_has_its_own_bound(mcp_console, workspace, recordings):
+    async with make(mcp_console, workspace, recordings, poll_window=0.5, startup_timeout=30) as console:
         await console.restart()  # the start-time probe booted a worker: start from a fresh, unbooted one
-        with pytest.raises(CellTimeout):  # the worker takes far longer than 50 ms to start
-            await console.run(python="print('cut short')", timeout=0.05)
+        console.startup_timeout = 0.05  # the worker takes far longer than 50 ms to start
+        with pytest.raises(CellTimeout) as caught:
+            await console.run(python="print('cut short')", timeout=60)
+        assert "did not start the cell within startup_timeout" in str(caught.value)
+        assert caught.value.details["cell_started"] is False
+        console.startup_timeout = 30
         after = await console.run(python="print('after')", timeout=60)
         assert after.text.endswith("after\n")

@@ -85,11 +85,19 @@ def test_output_streams_into_the_cell_while_it_runs(kernel: Kernel) -> None:
     assert all(msg["parent_header"]["msg_id"] == run.msg_id for _, msg in run.messages)
 
 
-def test_code_that_raises_shows_its_traceback_as_output(kernel: Kernel) -> None:
-    run = kernel.run(f"%%console {kernel.console_options}\ndef f():\n    return 1 / 0\nf()").expect_ok()
-    assert "Traceback (most recent call last)" in run.stdout
+def test_code_that_raises_fails_the_cell_with_its_traceback_shown_once(kernel: Kernel) -> None:
+    run = kernel.run(f"%%console {kernel.console_options}\ndef f():\n    return 1 / 0\nf()")
+    assert run.status == "error"
+    assert run.stdout.count("Traceback (most recent call last)") == 1
     assert "ZeroDivisionError: division by zero" in run.stdout
-    assert run.error is None
+    assert run.error is not None and run.error["ename"] == "CellError"
+    assert run.error["traceback"] == [
+        "CellError: the python cell failed with ZeroDivisionError: division by zero (its output above shows where)"
+    ]
+    handled = kernel.run(
+        "%%console\nimport logging\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n    logging.exception('handled')"
+    )
+    handled.expect_ok()
 
 
 def test_a_bridge_error_is_one_line_and_the_session_lives_on(kernel: Kernel) -> None:

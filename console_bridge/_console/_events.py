@@ -1,0 +1,128 @@
+"""What the server recorded about each call: the protocol-level signal for "the cell ended".
+
+A cell can print ``[running; poll with an empty send]`` or ``[input requested: "..."]``
+itself; the response text alone cannot tell its output from the server's notices.
+The server's recording can: it logs ``cell_ended`` (0.0.6) and ``cell_output`` (both
+versions) when a cell finishes, before the ``tool_result`` of the call that saw it
+finish. The recording lives outside the sandbox's writable locations, so a cell
+cannot write it. :class:`EventTail` follows ``events.jsonl`` incrementally.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import stat
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CallEvents", "EventTail", "events_file"]
+
+_ENDED = (b'{"event":"cell_ended"', b'{"event":"cell_output"')
+_STARTED = b'{"event":"cell_started"'
+_RESULT = b'{"event":"tool_result"'
+_MAX_READ = 8 * 1024 * 1024
+_COMPARE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class CallEvents:
+    """What the recording says about one call: ``ended`` is true when a cell finished during it;
+    ``started_at`` is the server's wall-clock time (epoch seconds) of a cell start seen during it."""
+
+    ended: bool
+    started_at: float | None = None
+
+
+def events_file(recording_path: Path) -> Path | None:
+    """The events log of a recording folder (0.0.6 ``capture/``, 0.0.5 ``internal/``)."""
+    for name in ("capture/events.jsonl", "internal/events.jsonl"):
+        candidate = recording_path / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _result_text(entry: dict[str, Any]) -> str:
+    result = entry.get("result")
+    content = result.get("content") if isinstance(result, dict) else None
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        str(block.get("text", "")) for block in content if isinstance(block, dict) and block.get("type") == "text"
+    )
+
+
+class EventTail:
+    """Reads a recording's events.jsonl from where it left off, one call at a time."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self._offset = 0
+        self._partial = b""
+        self._ended = False
+        self._started_at: float | None = None
+        self._lines: deque[bytes] = deque()
+
+    def attach(self, path: Path) -> None:
+        if self.path != path:
+            self.path, self._offset, self._partial, self._ended, self._lines = path, 0, b"", False, deque()
+
+    def _read(self) -> list[bytes]:
+        if self.path is None:
+            return []
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return []
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size <= self._offset:
+                return []
+            os.lseek(fd, self._offset, os.SEEK_SET)
+            data = os.read(fd, min(info.st_size - self._offset, _MAX_READ))
+        finally:
+            os.close(fd)
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        return lines
+
+    def next_call(self, text: str) -> CallEvents | None:
+        """The events up to the ``tool_result`` whose text is ``text``; None when not (yet) recorded.
+
+        Results of other calls met on the way (an abandoned poll) close their own window.
+        """
+        want = text[:_COMPARE]
+        self._lines.extend(self._read())
+        while self._lines:
+            line = self._lines.popleft()
+            if line.startswith(_ENDED):
+                self._ended = True
+            elif line.startswith(_STARTED):
+                self._started_at = _timestamp(line)
+            elif line.startswith(_RESULT):
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                ended, self._ended = self._ended, False
+                started, self._started_at = self._started_at, None
+                if isinstance(entry, dict) and _result_text(entry)[:_COMPARE] == want:
+                    return CallEvents(ended=ended, started_at=started)
+        return None
+
+
+def _timestamp(line: bytes) -> float | None:
+    """The ``at`` field (RFC 3339 with nanoseconds, UTC) of an event line as epoch seconds."""
+    try:
+        entry = json.loads(line)
+        stamp = str(entry["at"]).rstrip("Z")
+        whole, _, frac = stamp.partition(".")
+        base = dt.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
+        return base.timestamp() + float(f"0.{frac or '0'}")
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,213 @@
+"""From a ``send`` response to a :class:`CellResult`: the server's status and the cell's outcome.
+
+:class:`CellObserver` follows, for one console session, the server's recording (the
+protocol-level "the cell ended", see ``_events``) and the worker hooks' outcome log
+(see ``_outcome``). The pure helpers build chunks, merge them into a cell, and word a
+result for the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from console_bridge._console._cells import CellNotice, bridge_hint, split_response
+from console_bridge._console._events import CallEvents, EventTail, events_file
+from console_bridge._console._outcome import OutcomeLog, limit_failure, worker_exited_failure
+from console_bridge._console._recordings import Recording
+from console_bridge._results import CellFailure, CellResult, ToolResult
+
+__all__ = ["CellObserver", "cell_from", "for_model", "merge"]
+
+
+def cell_from(
+    result: ToolResult,
+    elapsed: float,
+    notice: CellNotice,
+    *,
+    is_error: bool = False,
+    error: CellFailure | None = None,
+) -> CellResult:
+    """One observation: the cell's output only (the server's status notices are in the fields)."""
+    hint = bridge_hint(notice.output)
+    text = notice.output if hint is None else f"{notice.output.rstrip(chr(10))}\n{hint}\n"
+    content = result.content
+    if text != result.text:
+        # The text blocks carry the notices too; keep the images and other blocks, one clean text block.
+        others = [block for block in result.content if block.get("type") != "text"]
+        content = ([{"type": "text", "text": text}] if text else []) + others
+    return CellResult(
+        text=text,
+        content=content,
+        images=result.images,
+        structured=result.structured,
+        is_error=is_error or result.is_error,
+        truncated=result.truncated,
+        server=result.server,
+        tool=result.tool,
+        running=notice.running,
+        elapsed=elapsed,
+        waiting_for_input=notice.waiting_for_input,
+        prompt=notice.prompt,
+        worker_exited=notice.worker_exited,
+        error=error,
+        idle=notice.idle,
+    )
+
+
+def merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -> CellResult:
+    """One result for a whole cell: every chunk's output and image, and the cell's failure."""
+    last = chunks[-1]
+    text = "".join(chunk.text for chunk in chunks)
+    errors = [chunk.error for chunk in chunks if chunk.error is not None]
+    return CellResult(
+        text=text,
+        content=[block for chunk in chunks for block in chunk.content],
+        images=[image for chunk in chunks for image in chunk.images],
+        structured=last.structured,
+        is_error=any(chunk.is_error for chunk in chunks),
+        truncated=any(chunk.truncated for chunk in chunks),
+        server=last.server,
+        tool=last.tool,
+        running=running,
+        elapsed=elapsed,
+        waiting_for_input=last.waiting_for_input,
+        prompt=last.prompt,
+        worker_exited=any(chunk.worker_exited for chunk in chunks),
+        error=errors[0] if errors else None,
+    )
+
+
+def for_model(result: CellResult) -> CellResult:
+    """The model's view of a result: its status as the server words it, after the output.
+
+    The model drives the cell through the ``send`` tool alone, so it needs to read that
+    the cell still runs or waits for input, and that it failed; the host's CellResult
+    keeps these in fields instead.
+    """
+    lines: list[str] = []
+    if result.waiting_for_input:
+        if result.prompt is not None:
+            lines.append(f'[input requested: "{result.prompt}"]')
+        lines.append("[waiting for stdin]")
+    if result.running:
+        lines.append("[running; poll with an empty send]")
+    if result.idle:
+        lines.append("[idle]")
+    if result.error is not None and result.error.kind != "worker_exited":
+        lines.append(f"[console-bridge: the cell failed: {result.error}]".replace("\n", " "))
+    if not lines:
+        return result
+    text = result.text if not result.text or result.text.endswith("\n") else result.text + "\n"
+    text += "\n".join(lines)
+    others = [block for block in result.content if block.get("type") != "text"]
+    return dataclasses.replace(result, text=text, content=[{"type": "text", "text": text}, *others])
+
+
+class CellObserver:
+    """The status and outcome side of one session's cells.
+
+    ``locate`` returns the session's recording once it exists; ``on_recording`` is called
+    once when it is found (the session writes its sidecar then). ``limit_check`` is the
+    confinement layer's hook: called when a cell ended, it returns ``(limit_name, detail)``
+    when the cell ran into a resource limit (kernel counters), and the cell's failure is
+    then a ``limit_failure`` (kind ``"limit"``), also when the code caught the refusal.
+    """
+
+    def __init__(
+        self,
+        locate: Callable[[], Recording | None],
+        on_recording: Callable[[Recording], None],
+        *,
+        events_wait: float,
+    ) -> None:
+        self.locate = locate
+        self.on_recording = on_recording
+        self.events_wait = events_wait
+        self.events = EventTail()
+        self.outcomes: OutcomeLog | None = None
+        self.notices: list[str] = []
+        self.limit_check: Callable[[], tuple[str, str] | None] | None = None
+        self.last_notice = split_response("", ended=True)
+        self.last_started_at: float | None = None
+        self._mark: tuple[Path | None, int] | None = None
+        self._language: str | None = None
+        self._events_missing = False
+
+    def notice(self, message: str) -> None:
+        if message not in self.notices:
+            self.notices.append(message)
+
+    def mark(self, language: str | None) -> tuple[Path | None, int] | None:
+        """Where the outcome log ends before a cell in ``language`` is submitted."""
+        return self.outcomes.mark() if language is not None and self.outcomes is not None else None
+
+    def submitted(self, language: str | None, mark: tuple[Path | None, int] | None) -> None:
+        """A cell was accepted: its outcome is what the hooks append after ``mark``.
+
+        (A refused submission, Busy, leaves the running cell's mark alone.)"""
+        if language is not None:
+            self._language = language
+            self._mark = mark
+
+    async def observe(self, result: ToolResult, started: float, *, is_error: bool = False) -> CellResult:
+        """Read the server's status of this call from its recording, and the cell's outcome."""
+        events = await self._call_events(result.text)
+        ended = None if events is None else events.ended
+        # Without the recording the cell counts as started now (timeouts stay bounded).
+        self.last_started_at = time.time() if events is None else events.started_at
+        notice = split_response(result.text, ended=ended, is_error=is_error or result.is_error)
+        self.last_notice = notice
+        error: CellFailure | None = None
+        unknown_done = ended is None and not (notice.running or notice.waiting_for_input)
+        finished = bool(ended) or notice.worker_exited or unknown_done
+        if self.last_started_at is None and not finished and self._mark is not None and self.outcomes is not None:
+            # 0.0.5 records no cell start: the startup code notes when it finished (the first cell starts then).
+            self.last_started_at = self.outcomes.read_since(self._mark).ready_at
+        if finished and self._mark is not None:
+            language = self._language or ""
+            if self.outcomes is not None:
+                records = self.outcomes.read_since(self._mark)
+                for _topic, message in records.notices:
+                    self.notice(message)
+                if records.failures:
+                    error = records.failures[0]
+            if error is None and notice.worker_exited and notice.exit_status != 0:
+                # sys.exit(0) ends the worker too, but the code asked for it and succeeded.
+                error = worker_exited_failure(language, notice.exit_status)
+            if self.limit_check is not None:  # a limit hit is the cell's failure, even when the code coped
+                hit = self.limit_check()
+                if hit is not None:
+                    error = limit_failure(hit[0], language, hit[1])
+            self._mark = None
+        return cell_from(result, time.monotonic() - started, notice, is_error=is_error, error=error)
+
+    async def _call_events(self, text: str) -> CallEvents | None:
+        """The recording's account of the call that returned ``text`` (None: not recorded in time)."""
+        deadline = time.monotonic() + self.events_wait
+        while True:
+            if self.events.path is None:
+                recording = self.locate()
+                path = events_file(recording.path) if recording is not None else None
+                if path is not None and recording is not None:
+                    self.events.attach(path)
+                    self.on_recording(recording)
+                elif self._events_missing:
+                    return None  # already waited once for a recording that never appeared
+            if self.events.path is not None:
+                found = self.events.next_call(text)
+                if found is not None:
+                    return found
+            if time.monotonic() >= deadline:
+                if self.events.path is None:
+                    self._events_missing = True
+                self.notice(
+                    "the server's recording did not show a call within events_wait; cell status was read from "
+                    "the response text alone"
+                )
+                return None
+            await anyio.sleep(0.002)

@@ -1,0 +1,420 @@
+"""Cell outcomes: how the bridge learns that a cell's code failed, without reading its output.
+
+mcp-console returns a Python traceback, a DuckDB error and an R error as ordinary
+text (``isError`` false), and a cell can print anything, a fake traceback included.
+So the outcome comes from the interpreters themselves, out of band:
+
+- Python: the bridge's startup code (``startup.code``, run by the worker before the
+  first cell) wraps the worker's own exception printer (the ``_print_exception``
+  default argument of ``_mcp_console_eval_cell``, called exactly when a cell ends
+  with an uncaught exception, SyntaxError and KeyboardInterrupt included) and
+  ``threading.excepthook`` (errors inside threads).
+- SQL: the same startup code hands the worker a DuckDB connection wrapped so that a
+  failing ``execute`` is recorded (``"Catalog Error"``, ``"Parser Error"``, ...).
+- R: an ``R_PROFILE_USER`` file sets ``options(error=...)``, which R evaluates only
+  for an error nobody handled (not for ``try``/``tryCatch``, not for warnings), and for
+  an interrupt. To tell an interrupt (which brings no new error message) from an error,
+  the hook leaves a sentinel in R's error message after each report: ``geterrmessage()``
+  in a later cell returns that sentinel instead of the last error (the one side effect
+  a cell can see).
+
+Each hook appends one JSON line to ``outcomes.jsonl`` in a private folder of the
+session's ``TMPDIR``; the bridge notes the file's size before a cell and reads what
+was appended once the server reports the cell ended (see ``_events``).
+
+Trust level: printing text cannot forge or hide a failure, and a real uncaught error
+is never missed. A cell that deliberately tampers with its own interpreter (rebinds
+the hooks, resets ``options(error)``) or writes into that folder can; the sandbox, not
+this signal, is the boundary against hostile code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from console_bridge._results import CellFailure
+
+__all__ = [
+    "OUTCOMES_FILE",
+    "OutcomeLog",
+    "limit_failure",
+    "outcome_dir_name",
+    "parse_records",
+    "python_startup_code",
+    "r_profile_text",
+    "worker_exited_failure",
+    "yaml_string",
+]
+
+OUTCOMES_FILE = "outcomes.jsonl"
+_MAX_READ = 4 * 1024 * 1024
+_MAX_TEXT = 20_000
+
+
+def outcome_dir_name(nonce: str) -> str:
+    """The private folder (inside the worker's TMPDIR) the hooks write to."""
+    return f".console-bridge-{nonce}"
+
+
+def yaml_string(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar (JSON strings are valid YAML)."""
+    return json.dumps(text, ensure_ascii=True)
+
+
+_PYTHON_STARTUP = r'''
+def _console_bridge_install(_dir_name, _want_sql):
+    import json, os, sys, threading, traceback
+    folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", _dir_name)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, "outcomes.jsonl")
+    # Created now, so the bridge finds it once and then only reads it.
+    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
+
+    def record(entry):
+        try:
+            line = (json.dumps(entry, default=str) + "\n").encode("utf-8", "replace")
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except Exception:
+            pass
+
+    def failure(language, error, where=""):
+        try:
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        except Exception:
+            text = ""
+        try:
+            message = str(error)
+        except Exception:
+            message = "<unprintable>"
+        name = type(error).__name__
+        if language == "sql":
+            head, sep, rest = message.partition(": ")
+            if sep and head.endswith(" Error") and "\n" not in head:
+                name, message = head, rest
+        record({"type": "failure", "language": language, "name": name, "message": message[:20000],
+                "traceback": text[-20000:], "kind": "exception", "where": where})
+
+    hooked = False
+    import gc, types
+    evaluators = [
+        fn for fn in gc.get_objects()
+        if isinstance(fn, types.FunctionType) and fn.__name__ == "_mcp_console_eval_cell"
+    ]
+    for fn in evaluators:
+        code = fn.__code__
+        if fn.__defaults__:
+            names = code.co_varnames[: code.co_argcount]
+            if "_print_exception" not in names:
+                continue
+            index = names.index("_print_exception") - (len(names) - len(fn.__defaults__))
+            if index < 0:
+                continue
+            original = fn.__defaults__[index]
+
+            def printer(error, *args, _original=original, **kwargs):
+                failure("python", error)
+                return _original(error, *args, **kwargs)
+
+            defaults = list(fn.__defaults__)
+            defaults[index] = printer
+            fn.__defaults__ = tuple(defaults)
+            hooked = True
+    del evaluators
+    if not hooked:
+        record({"type": "notice", "topic": "python",
+                "message": "console-bridge could not hook this mcp-console's Python worker: failed Python cells "
+                           "are not detected (only 0.0.5 and 0.0.6 are qualified)"})
+
+    thread_hook = threading.excepthook
+
+    def on_thread_error(args, _original=thread_hook):
+        if args.exc_type is not SystemExit:
+            failure("python", args.exc_value, where=getattr(args.thread, "name", ""))
+        return _original(args)
+
+    threading.excepthook = on_thread_error
+
+    class NoSQL:
+        """Never used: SQL cells are not offered when SQL is off (the worker insists on a connection)."""
+
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+
+            def call(*args, **kwargs):
+                return self
+
+            return call
+
+    if not _want_sql:
+        _console.sql_connection(NoSQL())
+        return
+
+    if _want_sql:
+        try:
+            import duckdb
+        except Exception as exc:
+            record({"type": "notice", "topic": "sql",
+                    "message": f"SQL is withheld: duckdb cannot be imported in the worker's Python "
+                               f"({sys.executable}): {exc}. Install it there (pip install duckdb, or "
+                               f"console-bridge[datascience])."})
+            _console.sql_connection(NoSQL())
+            return
+
+        class Connection:
+            """The worker's DuckDB connection; a failing call is recorded, then raised as before."""
+
+            def __init__(self, connection):
+                self._connection = connection
+
+            def _call(self, name, *args, **kwargs):
+                try:
+                    value = getattr(self._connection, name)(*args, **kwargs)
+                except duckdb.Error as exc:
+                    failure("sql", exc)
+                    raise
+                return self if value is self._connection else value
+
+            def execute(self, *args, **kwargs):
+                return self._call("execute", *args, **kwargs)
+
+            def sql(self, *args, **kwargs):
+                return self._call("sql", *args, **kwargs)
+
+            def query(self, *args, **kwargs):
+                return self._call("query", *args, **kwargs)
+
+            def cursor(self, *args, **kwargs):
+                return Connection(self._connection.cursor(*args, **kwargs))
+
+            def __getattr__(self, name):
+                value = getattr(self._connection, name)
+                if not callable(value) or name.startswith("_"):
+                    return value
+
+                def call(*args, **kwargs):
+                    return self._call(name, *args, **kwargs)
+
+                return call
+
+        _console.sql_connection(Connection(duckdb.connect()))
+
+
+_console_bridge_install(%(dir)s, %(sql)s)
+del _console_bridge_install
+import time as _cb_time, os as _cb_os, json as _cb_json
+with open(_cb_os.path.join(_cb_os.environ.get("TMPDIR") or "/tmp", %(dir)s, "outcomes.jsonl"), "a") as _cb_file:
+    _cb_file.write(_cb_json.dumps({"type": "ready", "at": _cb_time.time()}) + "\n")
+del _cb_time, _cb_os, _cb_json, _cb_file
+'''
+
+
+def python_startup_code(nonce: str, *, sql: bool) -> str:
+    """The Python the worker runs before the first cell: outcome hooks and, with ``sql``, a
+    DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice)."""
+    return _PYTHON_STARTUP % {"dir": repr(outcome_dir_name(nonce)), "sql": "True" if sql else "False"}
+
+
+_R_PROFILE = r"""
+local({
+  folder <- file.path(Sys.getenv("TMPDIR"), %(dir)s)
+  user <- %(user)s
+  dir.create(folder, showWarnings = FALSE, mode = "0700")
+  if (!file.exists(file.path(folder, "outcomes.jsonl"))) file.create(file.path(folder, "outcomes.jsonl"))
+  if (nzchar(user) && file.exists(user)) sys.source(user, envir = globalenv())
+  esc <- function(s) {
+    s <- enc2utf8(paste(as.character(s), collapse = "\n"))
+    s <- gsub("\\", "\\\\", s, fixed = TRUE)
+    s <- gsub("\"", "\\\"", s, fixed = TRUE)
+    s <- gsub("\n", "\\n", s, fixed = TRUE)
+    s <- gsub("\r", "\\r", s, fixed = TRUE)
+    s <- gsub("\t", "\\t", s, fixed = TRUE)
+    gsub("[[:cntrl:]]", " ", s)
+  }
+  # R runs options(error) for an interrupt too, without a new error message: a sentinel left
+  # in the error message after each report tells the two apart.
+  sentinel <- "console-bridge: no error message since the last report"
+  reset <- function() try(stop(sentinel, call. = FALSE), silent = TRUE)
+  hook <- function() {
+    try(silent = TRUE, {
+      text <- geterrmessage()
+      message <- sub("^Error(?: in .*?)? ?:[ \n]*", "", text, perl = TRUE)
+      message <- sub("\n+$", "", message)
+      name <- "simpleError"
+      if (identical(message, sentinel)) {
+        name <- "interrupt"
+        message <- "the cell was interrupted"
+        text <- message
+      }
+      frames <- sys.frames()
+      for (frame in rev(frames)) {
+        if (exists("cond", envir = frame, inherits = FALSE)) {
+          cond <- get("cond", envir = frame, inherits = FALSE)
+          if (inherits(cond, "condition")) { name <- class(cond)[1L]; break }
+        }
+      }
+      calls <- vapply(sys.calls(), function(x) paste(deparse(x, nlines = 1L), collapse = ""), "")
+      calls <- calls[!grepl("^\\(?function \\(\\)", calls)]
+      dir.create(folder, showWarnings = FALSE, mode = "0700")
+      line <- paste0("{\"type\": \"failure\", \"language\": \"r\", \"name\": \"", esc(name),
+                     "\", \"message\": \"", esc(message), "\", \"traceback\": \"",
+                     esc(paste(c(rev(calls), sub("\n+$", "", text)), collapse = "\n")),
+                     "\", \"kind\": \"exception\"}")
+      cat(line, "\n", file = file.path(folder, "outcomes.jsonl"), append = TRUE, sep = "")
+    })
+    reset()
+    invisible(NULL)
+  }
+  reset()
+  options(error = as.call(list(hook)))
+})
+"""
+
+
+def r_profile_text(nonce: str, user_profile: str | None = None) -> str:
+    """The ``R_PROFILE_USER`` file: sources the user's own profile, then sets the outcome hook."""
+    return _R_PROFILE % {"dir": json.dumps(outcome_dir_name(nonce)), "user": json.dumps(user_profile or "")}
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """What the hooks appended: failures (oldest first) and notices about the worker."""
+
+    failures: tuple[CellFailure, ...] = ()
+    notices: tuple[tuple[str, str], ...] = ()
+    ready_at: float | None = None  # when the startup code finished (epoch seconds): the first cell starts
+
+
+def parse_records(data: bytes) -> Records:
+    """Parse appended JSON lines; malformed lines are skipped (a partial last line included)."""
+    failures: list[CellFailure] = []
+    notices: list[tuple[str, str]] = []
+    ready_at: float | None = None
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            entry: Any = json.loads(raw.decode("utf-8", "replace"))
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("type") == "failure":
+            kind = entry.get("kind")
+            failures.append(
+                CellFailure(
+                    language=str(entry.get("language") or ""),
+                    name=str(entry.get("name") or "Error")[:200],
+                    message=str(entry.get("message") or "")[:_MAX_TEXT],
+                    traceback=str(entry.get("traceback") or "")[-_MAX_TEXT:],
+                    kind=kind if kind in ("exception", "limit", "worker_exited") else "exception",
+                )
+            )
+        elif entry.get("type") == "ready" and isinstance(entry.get("at"), int | float):
+            ready_at = float(entry["at"])
+        elif entry.get("type") == "notice":
+            notices.append((str(entry.get("topic") or ""), str(entry.get("message") or "")[:2000]))
+    return Records(tuple(failures), tuple(notices), ready_at)
+
+
+def limit_failure(limit: str, language: str, detail: str = "") -> CellFailure:
+    """The failure of a cell killed at a resource limit (``limit``: "memory", "processes", "tmpdir", ...).
+
+    The hook for the confinement layer: it reads the cgroup counters and builds this.
+    """
+    message = detail or f"the cell was stopped at the session's {limit} limit"
+    return CellFailure(language=language, name=limit, message=message, traceback="", kind="limit")
+
+
+def worker_exited_failure(language: str, status: int | None) -> CellFailure:
+    """The failure of a cell whose worker process ended (``sys.exit``, ``os._exit``, a crash)."""
+    shown = "unknown" if status is None else str(status)
+    return CellFailure(
+        language=language,
+        name="WorkerExited",
+        message=f"the worker exited with status {shown}; its in-memory state is lost",
+        traceback="",
+        kind="worker_exited",
+    )
+
+
+class OutcomeLog:
+    """The hooks' ``outcomes.jsonl``, found under the session's private TMPDIR and read safely.
+
+    The folder is writable by cells, so it is never trusted for paths: every open uses
+    ``O_NOFOLLOW``, only a regular file is read, and reads are bounded.
+    """
+
+    def __init__(self, root: Path, nonce: str, *, max_depth: int = 4) -> None:
+        self.root = root
+        self.dir_name = outcome_dir_name(nonce)
+        self.max_depth = max_depth
+        self._path: Path | None = None
+
+    def _locate(self) -> Path | None:
+        if self._path is not None and _regular_size(self._path) is not None:
+            return self._path
+        self._path = None
+        level = [self.root]
+        for _ in range(self.max_depth):
+            following: list[Path] = []
+            for folder in level:
+                try:
+                    entries = list(os.scandir(folder))
+                except OSError:
+                    continue
+                for entry in entries:
+                    if not entry.is_dir(follow_symlinks=False):
+                        continue
+                    if entry.name == self.dir_name:
+                        candidate = Path(entry.path) / OUTCOMES_FILE
+                        if _regular_size(candidate) is not None:
+                            self._path = candidate
+                            return candidate
+                    else:
+                        following.append(Path(entry.path))
+            level = following
+        return None
+
+    def mark(self) -> tuple[Path | None, int]:
+        """Where the log ends now (taken before a cell is submitted)."""
+        path = self._locate()
+        size = _regular_size(path) if path is not None else None
+        return path, size or 0
+
+    def read_since(self, mark: tuple[Path | None, int]) -> Records:
+        """The records appended after ``mark``."""
+        path = self._locate()
+        if path is None:
+            return Records()
+        offset = mark[1] if mark[0] == path else 0
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return Records()
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size <= offset:
+                return Records()
+            os.lseek(fd, offset, os.SEEK_SET)
+            data = os.read(fd, min(info.st_size - offset, _MAX_READ))
+        finally:
+            os.close(fd)
+        return parse_records(data)
+
+
+def _regular_size(path: Path) -> int | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None

@@ -1,0 +1,107 @@
+"""``console-bridge run`` exit statuses come from the cell's reported outcome, never from its text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import Runner, write
+
+pytestmark = pytest.mark.console
+
+HANDLED = """\
+import logging, traceback
+logging.basicConfig()
+try:
+    1 / 0
+except ZeroDivisionError:
+    logging.exception("handled, and logged")
+try:
+    raise ValueError("printed, handled")
+except ValueError:
+    traceback.print_exc()
+print("Error: only data")
+print('Traceback (most recent call last):\\n  File "x", line 1\\nValueError: fake')
+print("still fine")
+"""
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("console-bridge:")]
+
+
+def test_handled_exceptions_and_fake_text_exit_0(cb: Runner, tmp_path: Path) -> None:
+    write(tmp_path, "handled.py", HANDLED)
+    proc = cb("run", "--recordings-dir", str(tmp_path / "recs"), "handled.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "handled, and logged" in proc.stderr + proc.stdout and "still fine" in proc.stdout
+
+
+def test_a_fake_input_notice_is_output_not_a_prompt(cb: Runner, tmp_path: Path) -> None:
+    write(
+        tmp_path, "fake.py", 'print(\'[input requested: "Password:"]\')\nprint("[waiting for stdin]")\nprint("after")\n'
+    )
+    proc = cb("run", "--recordings-dir", str(tmp_path / "recs"), "fake.py")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == '[input requested: "Password:"]\n[waiting for stdin]\nafter\n'
+    assert "asked for input" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nos.close(2)\nraise ValueError('after closing stderr')\n",
+        "import sys\nsys.stderr = None\nraise ValueError('after dropping stderr')\n",
+    ],
+)
+def test_a_raise_without_stderr_still_exits_1(cb: Runner, tmp_path: Path, code: str) -> None:
+    write(tmp_path, "quiet.py", code)
+    proc = cb("run", "--recordings-dir", str(tmp_path / "recs"), "quiet.py")
+    assert proc.returncode == 1, proc.stderr
+    [error] = _errors(proc.stderr)
+    assert "quiet.py" in error and "ValueError" in error and "stderr" in error
+
+
+def test_sql_error_exits_1_and_error_text_in_data_exits_0(cb: Runner, tmp_path: Path) -> None:
+    write(tmp_path, "bad.sql", "select * from no_such_table")
+    write(tmp_path, "ok.sql", "select 'Error: x' as e")
+    bad = cb("run", "--recordings-dir", str(tmp_path / "recs"), "bad.sql")
+    assert bad.returncode == 1 and "Catalog Error" in _errors(bad.stderr)[0]
+    ok = cb("run", "--recordings-dir", str(tmp_path / "recs"), "ok.sql")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_timeout_does_not_count_startup(cb: Runner, tmp_path: Path) -> None:
+    write(tmp_path, "quick.py", "print('quick')\n")
+    # Startup (server, worker, environment discovery) takes far longer than 0.5 s here.
+    proc = cb("run", "--recordings-dir", str(tmp_path / "recs"), "--timeout", "0.5", "quick.py")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "quick\n"
+
+
+def test_a_file_that_never_started_says_so(cb: Runner, tmp_path: Path) -> None:
+    write(tmp_path, "slow_start.py", "print('never')\n")
+    proc = cb("run", "--recordings-dir", str(tmp_path / "recs"), "--startup-timeout", "0.4", "slow_start.py")
+    assert proc.returncode == 4, proc.stderr
+    [error] = _errors(proc.stderr)
+    assert "still running" not in error
+    assert "never started" in error or "startup" in error
+
+
+def test_usage_mistakes_exit_2(cb: Runner, tmp_path: Path) -> None:
+    write(tmp_path, "x.py", "print(1)\n")
+    profile = cb("run", "--profile", "no-such-profile", "x.py")
+    assert profile.returncode == 2 and "--profile" in profile.stderr
+    root = cb("run", "--writable-root", str(tmp_path / "missing"), "x.py")
+    assert root.returncode == 2 and "not an existing folder" in root.stderr
+    assert not (tmp_path / "xdg-data").exists()
+
+
+def test_project_config_refusal_names_the_flag(cb: Runner, tmp_path: Path) -> None:
+    write(tmp_path, "x.py", "print(1)\n")
+    config = tmp_path / ".agents" / "console"
+    config.mkdir(parents=True)
+    (config / "config.yaml").write_text("sandbox:\n  network: restricted\n")
+    proc = cb("run", "x.py")
+    assert proc.returncode == 3 and "--project-config" in proc.stderr

@@ -1,0 +1,190 @@
+"""Pure logic of cell status and outcomes (no processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from console_bridge import CellError, CellFailure, CellResult
+from console_bridge._console._cells import split_response
+from console_bridge._console._events import EventTail
+from console_bridge._console._outcome import (
+    OutcomeLog,
+    limit_failure,
+    outcome_dir_name,
+    parse_records,
+    python_startup_code,
+    r_profile_text,
+    worker_exited_failure,
+    yaml_string,
+)
+
+RUNNING = "a\n\n[elapsed: 0.5s since admission]\n[running; poll with an empty send]"
+WAITING = 'hello\n[input requested: "Password:"]\n[waiting for stdin]'
+
+
+def test_running_and_waiting_are_read_from_the_trailing_block_while_the_cell_runs() -> None:
+    running = split_response(RUNNING, ended=False)
+    assert running.running and running.output == "a\n"
+    waiting = split_response(WAITING, ended=False)
+    assert waiting.waiting_for_input and waiting.prompt == "Password:" and waiting.output == "hello\n"
+    idle = split_response("[idle]", ended=False)
+    assert idle.idle and idle.output == ""
+
+
+@pytest.mark.parametrize("text", [RUNNING, WAITING, "[idle]", '[input requested: "x"]\n[waiting for stdin]\n'])
+def test_a_cell_that_ended_has_no_status_whatever_it_printed(text: str) -> None:
+    notice = split_response(text, ended=True)
+    assert not (notice.running or notice.waiting_for_input or notice.idle or notice.worker_exited)
+    assert notice.output == text
+
+
+def test_notice_lines_before_the_trailing_block_are_output() -> None:
+    text = 'fake\n[input requested: "p"]\n\n[elapsed: 1s since admission]\n[running; poll with an empty send]'
+    notice = split_response(text, ended=False)
+    assert notice.running and not notice.waiting_for_input
+    assert notice.output == 'fake\n[input requested: "p"]\n'
+
+
+def test_worker_exit_is_read_only_from_an_error_result() -> None:
+    text = "[worker exited with status 3]\n[startup may have executed; explicit restart required]"
+    assert not split_response(text, ended=True).worker_exited
+    exited = split_response(text, ended=True, is_error=True)
+    assert exited.worker_exited and exited.exit_status == 3 and exited.restart_required
+
+
+def test_done_alone_is_dropped() -> None:
+    assert split_response("[done]", ended=True).output == ""
+    assert split_response("x\n[done]", ended=True).output == "x\n[done]"
+
+
+def test_parse_records_skips_garbage_and_reads_failures_and_notices() -> None:
+    data = b"\n".join(
+        [
+            json.dumps({"type": "failure", "language": "python", "name": "ValueError", "message": "bad"}).encode(),
+            b"not json",
+            json.dumps({"type": "notice", "topic": "sql", "message": "withheld"}).encode(),
+            json.dumps({"type": "failure", "kind": "bogus", "name": "X"}).encode(),
+            b'{"type": "failure", "name": "partial',
+        ]
+    )
+    records = parse_records(data)
+    assert [f.name for f in records.failures] == ["ValueError", "X"]
+    assert records.failures[1].kind == "exception"
+    assert records.notices == (("sql", "withheld"),)
+
+
+def test_outcome_log_reads_appended_records_and_refuses_symlinks(tmp_path: Path) -> None:
+    log = OutcomeLog(tmp_path, "n0nce")
+    assert log.mark() == (None, 0)
+    folder = tmp_path / "sandbox-x" / "data" / outcome_dir_name("n0nce")
+    folder.mkdir(parents=True)
+    target = folder / "outcomes.jsonl"
+    target.write_text(json.dumps({"type": "failure", "name": "Old"}) + "\n")
+    mark = log.mark()
+    assert mark[1] > 0
+    with open(target, "a") as handle:
+        handle.write(json.dumps({"type": "failure", "name": "New"}) + "\n")
+    assert [f.name for f in log.read_since(mark).failures] == ["New"]
+    secret = tmp_path / "secret"
+    secret.write_text(json.dumps({"type": "failure", "name": "Planted"}) + "\n")
+    target.unlink()
+    os.symlink(secret, target)
+    assert log.read_since((None, 0)).failures == ()
+
+
+def test_event_tail_pairs_results_with_cell_ends(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+
+    def line(event: str, **fields: object) -> str:
+        return json.dumps({"event": event, **fields}, separators=(",", ":")) + "\n"
+
+    def result(text: str) -> str:
+        return line("tool_result", result={"content": [{"type": "text", "text": text}], "isError": False})
+
+    events.write_text(
+        line("cell_started", at="2026-11-30T05:47:40.460348387Z") + result("a\n[running; poll with an empty send]")
+    )
+    tail = EventTail()
+    tail.attach(events)
+    first = tail.next_call("a\n[running; poll with an empty send]")
+    assert first is not None and not first.ended and first.started_at is not None
+    assert tail.next_call("b\n") is None  # not recorded yet
+    with open(events, "a") as handle:
+        handle.write(line("cell_output") + result("b\n"))
+    second = tail.next_call("b\n")
+    assert second is not None and second.ended and second.started_at is None
+
+
+def test_failures_make_is_error_and_raise_for_error() -> None:
+    failure = CellFailure("python", "ValueError", "bad", "Traceback ...", "exception")
+    result = CellResult(text="out", error=failure)
+    assert result.is_error
+    with pytest.raises(CellError) as caught:
+        result.raise_for_error()
+    assert caught.value.error is failure and "ValueError: bad" in str(caught.value)
+    assert CellResult(text="fine").raise_for_error().text == "fine"
+
+
+def test_limit_and_worker_exit_failures() -> None:
+    limit = limit_failure("memory", "python", "the session tree reached memory=4GiB")
+    assert (limit.kind, limit.name) == ("limit", "memory")
+    with pytest.raises(CellError, match="memory limit"):
+        CellResult(text="", error=limit).raise_for_error()
+    exited = worker_exited_failure("r", 9)
+    assert exited.kind == "worker_exited" and "status 9" in exited.message
+
+
+def test_startup_code_is_valid_python_and_a_yaml_string() -> None:
+    for sql in (True, False):
+        code = python_startup_code("abc", sql=sql)
+        compile(code, "<startup>", "exec")
+        assert json.loads(yaml_string(code)) == code
+    profile = r_profile_text("abc", "/home/u/.Rprofile")
+    assert outcome_dir_name("abc") in profile and "/home/u/.Rprofile" in profile
+
+
+def test_the_model_reads_the_status_after_the_output() -> None:
+    from console_bridge._console._observe import for_model as _for_model
+
+    running = _for_model(CellResult(text="a\n", running=True))
+    assert running.text == "a\n[running; poll with an empty send]"
+    asked = _for_model(CellResult(text="", waiting_for_input=True, prompt="name? "))
+    assert asked.text == '[input requested: "name? "]\n[waiting for stdin]'
+    failed = _for_model(CellResult(text="Traceback ...\n", error=CellFailure("python", "ValueError", "bad")))
+    assert failed.text.endswith("[console-bridge: the cell failed: ValueError: bad]")
+    plain = CellResult(text="42\n")
+    assert _for_model(plain) is plain
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+async def test_without_the_recording_status_falls_back_to_the_text_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from console_bridge import AsyncConsole
+    from console_bridge._console import _session
+    from tests.console.conftest import binary_for
+
+    monkeypatch.setattr(_session, "find_recording", lambda base, pid: None)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with AsyncConsole(ws, command=binary_for("0.0.6"), recordings_dir=tmp_path / "r", events_wait=0.3) as c:
+        first = await c.run(python="print('one')")
+        started = time.monotonic()
+        failed = await c.run(python="raise KeyError('k')")
+        assert time.monotonic() - started < 0.25  # no second wait for a recording that is not there
+        assert first.text == "one\n" and failed.error is not None and failed.error.name == "KeyError"
+        assert any("recording did not show" in note for note in c.status().extra["notices"])
+
+
+def test_a_worker_preparation_phase_is_read_from_the_trailing_block() -> None:
+    preparing = "\n[elapsed: 0.4s since admission; no new output; phase: startup]\n[running; poll with an empty send]"
+    assert split_response(preparing, ended=False).starting
+    running = "\n[elapsed: 2.8s since admission; no new output]\n[running; poll with an empty send]"
+    assert not split_response(running, ended=False).starting

@@ -1,0 +1,45 @@
+"""Each recording carries its workspace, profile and owner; listing and pruning filter by workspace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from console_bridge import Console, Owner, Recordings
+from console_bridge._console._recordings import sidecar_path, write_sidecar
+from tests.console.conftest import binary_for
+
+pytestmark = pytest.mark.console
+
+
+def test_recordings_carry_their_workspace_and_filter_by_it(tmp_path: Path) -> None:
+    recs = tmp_path / "recs"
+    spaces = [tmp_path / "a", tmp_path / "b"]
+    for space in spaces:
+        space.mkdir()
+        with Console(space, command=binary_for("0.0.6"), recordings_dir=recs, owner=Owner("agent-7")) as console:
+            console.run(python="1")
+    everything = Recordings(recs).list()
+    assert len(everything) == 2
+    only_a = Recordings(recs).list(workspace=spaces[0])
+    assert len(only_a) == 1 and only_a[0].workspace == str(spaces[0].resolve())
+    assert only_a[0].profile == "read-only" and only_a[0].owner == "agent-7"
+    info = json.loads(sidecar_path(only_a[0].path).read_text())
+    assert set(info) >= {"workspace", "profile", "owner", "user", "run_id"}
+    only_b = Recordings(recs).list(workspace=spaces[1])
+    gone = Recordings(recs).prune(keep_last=0, workspace=spaces[1])
+    assert [rec.run_id for rec in gone] == [only_b[0].run_id]
+    assert [rec.run_id for rec in Recordings(recs).list()] == [only_a[0].run_id]
+    assert not sidecar_path(gone[0].path).exists()
+
+
+def test_the_sidecar_is_created_new_and_never_through_a_symlink(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions" / "20261130T000000.000000000Z-0000000001"
+    folder.mkdir(parents=True)
+    target = tmp_path / "elsewhere"
+    sidecar_path(folder).symlink_to(target)
+    with pytest.raises(OSError):
+        write_sidecar(folder, {"workspace": "/x"})
+    assert not target.exists()
