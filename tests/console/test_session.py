@@ -269,6 +269,11 @@ async def test_timeout_counts_the_cell_not_worker_startup(mcp_console, workspace
 
 
 async def test_worker_startup_has_its_own_bound(mcp_console, workspace, recordings):
+    if mcp_console[0] == "0.0.5":
+        pytest.skip(
+            "mcp-console 0.0.5 boots the replacement worker inside restart(), and the start-time confinement "
+            "probe already booted the first one: no cell can meet an unbooted worker on 0.0.5"
+        )
     async with make(mcp_console, workspace, recordings, poll_window=0.5, startup_timeout=30) as console:
         await console.restart()  # the start-time probe booted a worker: start from a fresh, unbooted one
         console.startup_timeout = 0.05  # the worker takes far longer than 50 ms to start
