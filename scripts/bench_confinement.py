@@ -34,7 +34,7 @@ def record(bench: Any, probe_ms: list[float], cold_bridge_ms: float | None, reps
     )
     if probe_ms:
         probe = statistics.median(probe_ms)
-        bench.record("probe_cell_ms", "start-time confinement probe cell, median", "ms", None, probe)
+        bench.record("probe_cell_ms", "start-time confinement probe cell on a booted worker, median", "ms", None, probe)
         if cold_bridge_ms:
             bench.record(
                 "probe_share_of_cold_start",
