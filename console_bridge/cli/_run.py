@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import click
 
+from console_bridge._console._recordings import Recordings
 from console_bridge._console._sandbox import SandboxPolicy
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import BridgeError, CellTimeout
@@ -223,6 +224,7 @@ class Options:
     recordings_dir: str | None
     command: str | None
     raw: bool = False
+    keep_recordings: int | None = 50
     project_config: bool = False
     startup_timeout: float = 60.0
 
@@ -245,6 +247,7 @@ class RunState:
     images: list[tuple[str, Image]] = field(default_factory=list)
     recording: dict[str, Any] | None = None
     console: AsyncConsole | None = None
+    retention: str | None = None
 
     def fail(self, code: ExitCode, message: str) -> None:
         if self.exit_code == ExitCode.OK:
@@ -461,6 +464,17 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
 
 
 # ---------------------------------------------------------------- artifacts
+def apply_retention(root: Path, workspace: Path, keep: int, state: RunState) -> None:
+    """The default retention: this workspace keeps its ``keep`` newest recordings (never a live one)."""
+    try:
+        gone = Recordings(root).prune(keep_last=keep, workspace=workspace)
+    except (OSError, BridgeError) as exc:
+        state.retention = f"recordings retention skipped: {exc}"
+        return
+    if gone:
+        state.retention = f"retention: removed {len(gone)} older recording(s) of this workspace (keeps {keep})"
+
+
 def write_artifacts(dest: Path, expected_real: str, state: RunState, term: Terminal, opts: Options) -> None:
     """Write output.txt, the images, a copy of the recording and report.json into ``dest`` (cli/_artifacts.py)."""
     recording = Path(state.recording["path"]) if state.recording is not None else None
@@ -539,6 +553,8 @@ def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
             "path": str(recording.path),
             "finalized": recording.finalized,
         }
+        if opts.keep_recordings is not None:
+            apply_retention(recording.path.parent.parent, opts.workspace, opts.keep_recordings, state)
     if opts.artifacts is not None and refused is None:
         try:
             write_artifacts(opts.artifacts, expected_real, state, term, opts)
@@ -567,6 +583,8 @@ def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
         parts.append(f"artifacts in {opts.artifacts}")
     if state.images and opts.artifacts is None:
         parts.append(f"{len(state.images)} image(s) not saved (use --artifacts DIR)")
+    if state.retention is not None:
+        parts.append(state.retention)
     term.info("; ".join(parts))
     return int(state.exit_code)
 
@@ -615,6 +633,23 @@ Examples:
   echo 'print(6 * 7)' | console-bridge run -
   console-bridge run --json query.sql > result.json
 """
+
+
+class _Retention(click.ParamType[int | None]):
+    name = "retention"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        if text in ("all", "none", "off"):
+            return None
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        self.fail(f"{value!r} is not a count of recordings (1 or more) or 'all'", param, ctx)
+
+
+RETENTION = _Retention()
 
 
 @click.command("run", help=RUN_HELP, no_args_is_help=True)
@@ -718,6 +753,17 @@ Examples:
     ),
 )
 @click.option(
+    "--keep-recordings",
+    type=RETENTION,
+    default=lambda: os.environ.get("CONSOLE_BRIDGE_KEEP_RECORDINGS", "50"),
+    show_default="50, or $CONSOLE_BRIDGE_KEEP_RECORDINGS",
+    metavar="N|all",
+    help=(
+        "After the run, keep this workspace's N newest recordings in the recordings folder and delete the older "
+        "ones (live ones are never touched); `all` turns retention off."
+    ),
+)
+@click.option(
     "--raw",
     is_flag=True,
     help="Write the code's output exactly as it came (no escaping of control characters, no CI fencing).",
@@ -743,6 +789,7 @@ def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | N
         recordings_dir=options["recordings_dir"],
         command=options["command"],
         raw=options["raw"],
+        keep_recordings=options["keep_recordings"],
         project_config=options["project_config"],
         startup_timeout=options["startup_timeout"],
     )
