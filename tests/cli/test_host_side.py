@@ -166,7 +166,9 @@ def test_forged_recordings_in_a_writable_root(tmp_path: Path, outside: Path) -> 
     deleted = run_cli(["recordings", "--root", str(recs), "delete", FORGED], ws, tmp_path)
     assert deleted.returncode == 0, deleted.stderr
     assert not (recs / "sessions" / FORGED).exists()
-    pruned = run_cli(["recordings", "--root", str(recs), "prune", "--older-than", "365d", "--json"], ws, tmp_path)
+    pruned = run_cli(
+        ["recordings", "--root", str(recs), "prune", "--all", "--older-than", "365d", "--json"], ws, tmp_path
+    )
     assert pruned.returncode == 0, pruned.stderr
     assert json.loads(pruned.stdout)["removed"] == [FORGED_2]
     assert [p.name for p in (recs / "sessions").iterdir()] == own  # the real recording stays

@@ -395,7 +395,7 @@ async def test_hanging_version_fails_within_the_timeout(tmp_path: Path, workspac
     assert not fake.info_file.exists()
     if mode == "version_hang_child":
         assert fake.version_pids()
-    assert alive(fake.version_pids()) == []  # nothing the version check started lives on
+    assert await wait_dead(fake.version_pids()) == []  # nothing the version check started lives on
 
 
 async def test_missing_binary_is_refused(tmp_path: Path, workspace: Path) -> None:
