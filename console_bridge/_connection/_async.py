@@ -89,6 +89,7 @@ class ConnectionStatus:
     stderr_tail: str
     revoked: dict[str, str] = field(default_factory=dict)
     transport: str = "stdio"
+    instructions: str | None = None  # the server's initialize instructions (untrusted text)
 
 
 @dataclass
@@ -176,6 +177,7 @@ class AsyncMcpConnection(NotCopyable):
         self._tools_changed = False
         self._seen_cursors: dict[str, set[str]] = {}
         self._server_info: dict[str, Any] | None = None
+        self._instructions: str | None = None
         self._audit_id = uuid.uuid4().hex[:12]  # tells this connection's audit records apart
         self._call_seq = 0
 
@@ -286,6 +288,7 @@ class AsyncMcpConnection(NotCopyable):
             stderr_tail=self._child.stderr.text() if self._child is not None else "",
             revoked=dict(self._revoked),
             transport="stdio" if isinstance(self._spec, StdioSpec) else "http",
+            instructions=self._instructions,
         )
 
     # ---------------------------------------------------------------- the host
@@ -574,6 +577,7 @@ class AsyncMcpConnection(NotCopyable):
 
         result = await self._request("initialize", initialize, timeout=remaining, hold=False)
         self._server_info = _wire(result.server_info) if result.server_info is not None else None
+        self._instructions = result.instructions if isinstance(result.instructions, str) else None
         if not self._allowed_tools:
             return
 
