@@ -135,8 +135,21 @@ async def serve_http(config: ServeConfig, token: str, sock: socket.socket) -> No
     server = build_server(gate.bind, config.serve_options)
     gate.server = server
     gate.sdk = make_sdk(server, idle_timeout=config.idle_timeout, max_sessions=config.max_sessions)
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # signals are ours: a SIGTERM is a clean stop and exit 0, not re-raised
+
     uv_config = uvicorn.Config(gate, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
-    uv_server = uvicorn.Server(uv_config)
+    uv_server = _Server(uv_config)
+
+    async def stop_on_signals() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for _ in signals:
+                uv_server.should_exit = True
+                return
+
     async with manager:
 
         async def sweep() -> None:
@@ -146,6 +159,7 @@ async def serve_http(config: ServeConfig, token: str, sock: socket.socket) -> No
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(sweep)
+            tg.start_soon(stop_on_signals)
             await uv_server.serve(sockets=[sock])
             tg.cancel_scope.cancel()
 
