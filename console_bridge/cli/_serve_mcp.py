@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -150,6 +151,9 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
     later (``server.instructions = instructions_for(console)``), before the first client initializes."""
     opts = options or ServeOptions()
     validators: dict[str, jsonschema.Draft202012Validator] = {}
+    # Held while a cancelled cell is being stopped: the client's next call waits for it (bounded by
+    # settle_timeout) instead of finding the console busy.
+    settling: weakref.WeakKeyDictionary[AsyncConsole, anyio.Lock] = weakref.WeakKeyDictionary()
 
     def model_tool(console: AsyncConsole) -> tuple[types.Tool, jsonschema.Draft202012Validator, Any]:
         [handle] = console.tools()
@@ -186,6 +190,10 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
             where = "/".join(str(p) for p in first_problem.path) or "arguments"
             return _tool_error(f"invalid arguments for send ({where}): {first_problem.message[:500]}")
         token = _progress_token(ctx)
+        lock = settling.setdefault(console, anyio.Lock())
+        if lock.locked():
+            async with lock:
+                pass
         try:
             if token is None:
                 result = await model_send(arguments)
@@ -199,7 +207,8 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
             # The client cancelled (notifications/cancelled) or the server is stopping. mcp-console
             # ignores MCP cancellation, so interrupt the cell ourselves, within bounds.
             with anyio.CancelScope(shield=True), contextlib.suppress(BridgeError):
-                await console.settle(opts.settle_timeout)
+                async with lock:
+                    await console.settle(opts.settle_timeout)
             raise
         return to_call_result(result)
 
