@@ -34,6 +34,7 @@ from console_bridge._manager._async import AsyncSessionManager
 from console_bridge.cli._common import PREFIX, ByteSize, ExitCode, error_text, exit_code_for, fail
 from console_bridge.cli._serve_http import LOOPBACK_HOSTS, Gate, GateOptions, make_sdk
 from console_bridge.cli._serve_mcp import ServeOptions, build_server, instructions_for
+from console_bridge.cli._serve_stdio import pipes_on_stdio, stdio_pipes
 
 __all__ = ["serve_command"]
 
@@ -82,7 +83,8 @@ async def serve_stdio(config: ServeConfig) -> None:
         server = build_server(bind, config.serve_options, instructions=instructions_for(console))
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signals, tg.cancel_scope)
-            async with stdio_server() as (read_stream, write_stream):
+            wire = stdio_pipes() if pipes_on_stdio() else stdio_server()
+            async with wire as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             tg.cancel_scope.cancel()
         await manager.close(manager.id_of(console))

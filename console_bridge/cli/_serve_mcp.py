@@ -56,6 +56,7 @@ class ServeOptions:
     progress_interval: float = 1.0  # a progress notification this often while a send runs (with a progressToken)
     settle_timeout: float = 10.0  # after a client cancel: interrupt the cell and wait this long for it to stop
     transcript_max_bytes: int = 4_000_000  # the transcript resource keeps this many bytes (the tail)
+    turn_timeout: float = 120.0  # a send waits this long for the session's previous send to finish
 
 
 def bridge_note(console: AsyncConsole) -> str:
@@ -151,9 +152,9 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
     later (``server.instructions = instructions_for(console)``), before the first client initializes."""
     opts = options or ServeOptions()
     validators: dict[str, jsonschema.Draft202012Validator] = {}
-    # Held while a cancelled cell is being stopped: the client's next call waits for it (bounded by
-    # settle_timeout) instead of finding the console busy.
-    settling: weakref.WeakKeyDictionary[AsyncConsole, anyio.Lock] = weakref.WeakKeyDictionary()
+    # One send at a time per console (mcp-console refuses a second): a call waits its turn, and a
+    # cancelled call keeps the turn until its cell has stopped, so the next call finds it idle.
+    turns: weakref.WeakKeyDictionary[AsyncConsole, anyio.Lock] = weakref.WeakKeyDictionary()
 
     def model_tool(console: AsyncConsole) -> tuple[types.Tool, jsonschema.Draft202012Validator, Any]:
         [handle] = console.tools()
@@ -190,10 +191,14 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
             where = "/".join(str(p) for p in first_problem.path) or "arguments"
             return _tool_error(f"invalid arguments for send ({where}): {first_problem.message[:500]}")
         token = _progress_token(ctx)
-        lock = settling.setdefault(console, anyio.Lock())
-        if lock.locked():
-            async with lock:
-                pass
+        lock = turns.setdefault(console, anyio.Lock())
+        with anyio.move_on_after(opts.turn_timeout) as waited:
+            await lock.acquire()
+        if waited.cancelled_caught:
+            return _tool_error(
+                f"another send has been running in this session for over {opts.turn_timeout:g} s; "
+                'poll with an empty send or stop it with control: "interrupt"'
+            )
         try:
             if token is None:
                 result = await model_send(arguments)
@@ -207,9 +212,10 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
             # The client cancelled (notifications/cancelled) or the server is stopping. mcp-console
             # ignores MCP cancellation, so interrupt the cell ourselves, within bounds.
             with anyio.CancelScope(shield=True), contextlib.suppress(BridgeError):
-                async with lock:
-                    await console.settle(opts.settle_timeout)
+                await console.settle(opts.settle_timeout)
             raise
+        finally:
+            lock.release()
         return to_call_result(result)
 
     async def list_resources(
@@ -251,7 +257,7 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
             raise MCPError(types.INTERNAL_ERROR, f"could not read {uri}: {message}") from None
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, text=text, mime_type=mime)])
 
-    return Server(
+    server: Server[Any] = Server(
         "console-bridge",
         version=__version__,
         instructions=instructions,
@@ -260,6 +266,10 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
         on_list_resources=list_resources,
         on_read_resource=read_resource,
     )
+    # The SDK's default OpenTelemetry span per message does nothing here (no exporter is ever set up)
+    # but costs every call; the audit log is the record of what ran.
+    server.middleware = []
+    return server
 
 
 async def _with_progress(
