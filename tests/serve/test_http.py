@@ -67,7 +67,7 @@ async def test_two_clients_get_two_sessions_and_sigterm_closes_both(http_server:
 async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("a-token-of-at-least-sixteen-chars\n")
-    server: HttpServer = http_server("--warm", "0", token_file=token_file)
+    server: HttpServer = http_server("--warm", "0", "--max-per-client", "1", token_file=token_file)
     async with httpx2.AsyncClient(timeout=30.0) as http:
         none = await http.post(server.url, json=INIT, headers=ACCEPT)
         assert none.status_code == 401 and none.headers["www-authenticate"] == "Bearer"
@@ -82,6 +82,9 @@ async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) 
         local = await http.post(server.url, json=INIT, headers={**good, "Origin": "http://localhost:3000"})
         assert local.status_code == 200, local.text
         sid = local.headers["mcp-session-id"]
+        assert sessions_started(tmp_path) == 1
+        second = await http.post(server.url, json=INIT, headers=good)  # same client address, quota 1
+        assert second.status_code == 429, second.text
         assert sessions_started(tmp_path) == 1
         # DELETE of the MCP session closes its console
         deleted = await http.delete(server.url, headers={**good, "mcp-session-id": sid})
