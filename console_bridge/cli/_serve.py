@@ -136,7 +136,12 @@ async def serve_http(config: ServeConfig, token: str, sock: socket.socket) -> No
     gate = Gate(manager=manager, options=GateOptions(token=token, allowed_origins=config.allowed_origins))
     server = build_server(gate.bind, config.serve_options)
     gate.server = server
-    gate.sdk = make_sdk(server, idle_timeout=config.idle_timeout, max_sessions=4 * config.max_sessions)
+    gate.sdk = make_sdk(
+        server,
+        idle_timeout=config.idle_timeout,
+        max_sessions=4 * config.max_sessions,
+        max_body_bytes=gate.options.max_body_bytes,
+    )
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager

@@ -196,9 +196,16 @@ class Gate:
                         await self._close(sid)
 
 
-def make_sdk(server: Server[Any], *, idle_timeout: float | None, max_sessions: int) -> StreamableHTTPSessionManager:
+def make_sdk(
+    server: Server[Any], *, idle_timeout: float | None, max_sessions: int, max_body_bytes: int
+) -> StreamableHTTPSessionManager:
+    """The SDK's session manager; the gate has checked origin and token (no SDK security settings)."""
     return StreamableHTTPSessionManager(
-        app=server, session_idle_timeout=idle_timeout, max_sessions=max_sessions, security_settings=None
+        app=server,
+        session_idle_timeout=idle_timeout,
+        max_sessions=max_sessions,
+        security_settings=None,
+        max_request_body_size=max_body_bytes,
     )
 
 

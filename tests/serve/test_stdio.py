@@ -133,3 +133,54 @@ def test_mcp_connection_governs_serve(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
     assert all(finalized(run) for run in recordings_of(tmp_path))
     assert os.listdir(tmp_path / "recordings" / "sessions")
+
+
+def test_closing_stdin_finalizes_and_exits_zero(tmp_path: Path) -> None:
+    """The bare wire: JSON-RPC lines in, stdin closed, exit status 0, recording finalized."""
+    import subprocess
+
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "send", "arguments": {"python": "6*7"}}},
+    ]
+    proc = subprocess.Popen(
+        serve_args(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=serve_env(tmp_path),
+        cwd=tmp_path,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("".join(json.dumps(line) + "\n" for line in lines).encode())
+    proc.stdin.flush()
+    replies: dict[int, Any] = {}
+    while 2 not in replies:  # bounded by the test's timeout; a closed stdout ends it too
+        line = proc.stdout.readline()
+        assert line, "serve closed stdout before answering"
+        reply = json.loads(line)
+        replies[reply.get("id")] = reply
+    assert replies[2]["result"]["content"][0]["text"].strip() == "42"
+    proc.stdin.close()  # the client goes away: the session closes cleanly and serve exits 0
+    try:
+        status = proc.wait(timeout=60)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    assert status == 0, err.decode(errors="replace")[-2000:]
+    assert leftovers(tmp_path) == []
+    [run] = recordings_of(tmp_path)
+    assert finalized(run)
