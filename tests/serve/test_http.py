@@ -18,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.serve.conftest import HttpServer, finalized, leftovers, recordings_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.slow]
 
 INIT = {
     "jsonrpc": "2.0",
@@ -54,6 +54,11 @@ async def test_two_clients_get_two_sessions_and_sigterm_closes_both(http_server:
         await one.call_tool("send", {"python": "secret = 'one'"})
         await two.call_tool("send", {"python": "secret = 'two'"})
         assert text(await one.call_tool("send", {"python": "secret"})).strip() == "'one'"
+        assert text(await two.call_tool("send", {"python": "secret"})).strip() == "'two'"
+        big = await one.call_tool("send", {"python": "# " + "x" * 10_000_000 + "\n'big'"})  # a 10 MB request
+        assert "big" in text(big) or big.is_error
+        wrong = await two.call_tool("send", {"sql": 5, "extra": True})
+        assert wrong.is_error
         assert text(await two.call_tool("send", {"python": "secret"})).strip() == "'two'"
         sandbox = await one.read_resource("console://session/sandbox")
         assert '"network": "restricted"' in sandbox.contents[0].text  # type: ignore[union-attr]

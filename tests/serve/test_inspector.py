@@ -21,6 +21,8 @@ INSPECTOR = HERE / "node_modules" / ".bin" / "mcp-inspector"
 RUN_BOUND = 120.0  # seconds for one inspector run (it starts the server, a cold start)
 
 pytestmark = [
+    pytest.mark.console,
+    pytest.mark.slow,
     pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (the MCP Inspector needs it)"),
     pytest.mark.skipif(
         not INSPECTOR.exists(),

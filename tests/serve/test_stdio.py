@@ -17,7 +17,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from console_bridge import McpConnection, NotAllowed, Owner, Policy
 from tests.serve.conftest import finalized, leftovers, recordings_of, serve_args, serve_env
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.slow]
 
 
 def text(result: Any) -> str:
