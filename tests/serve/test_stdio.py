@@ -153,8 +153,9 @@ def test_closing_stdin_finalizes_and_exits_zero(tmp_path: Path) -> None:
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "send", "arguments": {"python": "6*7"}}},
     ]
+    audit = tmp_path / "audit.jsonl"
     proc = subprocess.Popen(
-        serve_args(tmp_path),
+        serve_args(tmp_path, "--audit", str(audit)),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -181,6 +182,8 @@ def test_closing_stdin_finalizes_and_exits_zero(tmp_path: Path) -> None:
             if pipe is not None:
                 pipe.close()
     assert status == 0, err.decode(errors="replace")[-2000:]
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert any(e.get("tool") == "send" and e.get("owner") == "mcp-stdio" for e in events), events[-5:]
     assert leftovers(tmp_path) == []
     [run] = recordings_of(tmp_path)
     assert finalized(run)
