@@ -13,6 +13,7 @@ Usage::
     .venv/bin/python scripts/bench.py --quick            # a smoke run (under a minute)
     .venv/bin/python scripts/bench.py --json bench.json  # also write every figure as JSON
     .venv/bin/python scripts/bench.py --manager          # the session manager section only
+    .venv/bin/python scripts/bench.py --serve            # `console-bridge serve` vs library vs raw
 
 What is measured (docs/performance.md explains each figure):
 
@@ -24,7 +25,9 @@ What is measured (docs/performance.md explains each figure):
 6. N concurrent sessions each running M trivial cells: per-call latency against one session.
 
 ``--manager`` runs the session manager section instead (scripts/bench_manager.py): warm-claim
-latency against a cold start, churn, memory per warm session.
+latency against a cold start, churn, memory per warm session. ``--serve`` runs the
+``console-bridge serve`` section (scripts/bench_serve.py): warm round trip of ``1`` through serve
+(stdio, the MCP SDK client) against the library in-process and the raw client.
 
 Exit status: 0 when every phase ran and nothing survived the cleanup; 1 when a phase failed or a
 process or temporary folder survived; 2 on usage errors.
@@ -1276,6 +1279,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--manager", action="store_true", help="run the session manager section (scripts/bench_manager.py) instead"
     )
+    parser.add_argument(
+        "--serve", action="store_true", help="run the `console-bridge serve` section (scripts/bench_serve.py) instead"
+    )
     parser.add_argument("--child", choices=("raw", "bridge"), help=argparse.SUPPRESS)
     parser.add_argument("--child-setup", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1414,7 +1420,33 @@ def main(argv: list[str] | None = None) -> int:
         return child_main(args.child, args.binary, args.child_setup)
     if args.manager:
         return run_manager(args)
+    if args.serve:
+        return run_serve(args)
     return asyncio.run(run(args))
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """The ``--serve`` section: serve vs library vs raw warm round trips (see bench_serve.py)."""
+    import bench_serve  # beside this script
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log("phase: serve warm round trip")
+    report = asyncio.run(bench_serve.run(args.binary, args.quick, log))
+    report["meta"] = {"quick": args.quick, "binary": str(args.binary), "versions": versions(), "source": source_state()}
+    print(bench_serve.table(report))
+    target = report.get("target")
+    if target is not None:
+        state = "met" if target["met"] else "MISSED"
+        print(f"target serve/raw warm round trip median: <= {target['threshold']:g}: {target['value']} -> {state}")
+    print(f"cleanup: {'ok' if report['cleanup']['ok'] else 'FAILED ' + json.dumps(report['cleanup'])}")
+    for error in report["errors"]:
+        print(f"error: {error}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0 if report["cleanup"]["ok"] and not report["errors"] else 1
 
 
 def run_manager(args: argparse.Namespace) -> int:

@@ -91,6 +91,7 @@ class ConnectionStatus:
     revoked: dict[str, str] = field(default_factory=dict)
     transport: str = "stdio"
     notices: tuple[str, ...] = ()
+    instructions: str | None = None  # the server's initialize instructions (untrusted text)
 
 
 @dataclass
@@ -178,6 +179,7 @@ class AsyncMcpConnection(NotCopyable):
         self._tools_changed = False
         self._seen_cursors: dict[str, set[str]] = {}
         self._server_info: dict[str, Any] | None = None
+        self._instructions: str | None = None
         self._audit_id = uuid.uuid4().hex[:12]  # tells this connection's audit records apart
         self._call_seq = 0
 
@@ -294,6 +296,7 @@ class AsyncMcpConnection(NotCopyable):
                 for name, state in self._tool_states.items()
                 if TASK_REQUIRED in state.exposure.reasons
             ),
+            instructions=self._instructions,
         )
 
     # ---------------------------------------------------------------- the host
@@ -582,6 +585,7 @@ class AsyncMcpConnection(NotCopyable):
 
         result = await self._request("initialize", initialize, timeout=remaining, hold=False)
         self._server_info = _wire(result.server_info) if result.server_info is not None else None
+        self._instructions = result.instructions if isinstance(result.instructions, str) else None
         if not self._allowed_tools:
             return
 

@@ -12,6 +12,7 @@ from console_bridge.cli._doctor import doctor_command
 from console_bridge.cli._profiles import profiles_group
 from console_bridge.cli._recordings import recordings_group
 from console_bridge.cli._run import run_command
+from console_bridge.cli._serve import serve_command
 from console_bridge.cli._sessions import kill_command, ps_command
 
 __all__ = ["cli", "main"]
@@ -31,6 +32,7 @@ Examples:
   console-bridge recordings prune --older-than 7d --dry-run
   console-bridge ps
   console-bridge kill 20261130T061501-1a2b3c4d
+  console-bridge serve
 
 Run `console-bridge COMMAND --help` for each command's options and examples.
 """
@@ -67,6 +69,7 @@ cli.add_command(profiles_group)
 cli.add_command(recordings_group)
 cli.add_command(ps_command)
 cli.add_command(kill_command)
+cli.add_command(serve_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -105,3 +105,28 @@ def test_quick_manager_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
     assert memory["tree_pss_mib_per_session"] > 0
     assert set(report["targets"]) == {"warm_claim_p50_ms", "warm_claim_p99_ms"}
     assert "| warm claim to first result" in proc.stdout
+
+
+@pytest.mark.console
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_quick_serve_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
+    if not BINARY.exists():
+        pytest.skip(f"no mcp-console beside {sys.executable}")
+    out = tmp_path / "bench-serve.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--serve", "--quick", "--json", str(out), "--binary", str(BINARY)],
+        capture_output=True,
+        text=True,
+        timeout=270,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    output = f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"bench.py --serve --quick exited {proc.returncode}\n{output}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["errors"] == [] and report["cleanup"]["ok"] is True
+    assert set(report["warm_rtt"]) == {"raw", "library", "serve"}
+    assert all(figure["median_ms"] > 0 for figure in report["warm_rtt"].values())
+    assert report["target"]["threshold"] == 1.15
+    assert "| warm round trip of `1`, serve" in proc.stdout

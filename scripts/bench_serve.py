@@ -1,0 +1,186 @@
+"""The ``--serve`` section of scripts/bench.py: ``console-bridge serve`` (stdio) against the library
+in-process and the raw ``mcp_console.AsyncMCPConsole``.
+
+One warm round trip of the cell ``1``, the three clients interleaved in rotation, each against its
+own session of the same binary:
+
+- raw: ``AsyncMCPConsole`` launched with exactly the serve arguments the bridge used;
+- library: ``AsyncConsole.send(python="1")`` in this process;
+- serve: the official MCP SDK client (``ClientSession`` over ``stdio_client``) calling ``send``
+  on a ``console-bridge serve`` process (two MCP hops: client -> serve -> mcp-console).
+
+Target: serve median <= 1.15 x raw median.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+
+TARGET = 1.15
+PLANS = {"quick": {"warmup": 5, "calls": 30}, "full": {"warmup": 10, "calls": 300}}
+STEP_BOUND = 120.0  # seconds any start, call or close of this section may take
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered), max(1, -(-len(ordered) * q // 100))) - 1]
+
+
+def _leftover_children() -> list[psutil.Process]:
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+    return out
+
+
+async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp_console import AsyncMCPConsole
+
+    from console_bridge import AsyncConsole
+
+    plan = PLANS["quick" if quick else "full"]
+    root = Path(tempfile.mkdtemp(prefix="cb-bench-serve-"))
+    folders = {name: root / name for name in ("ws-lib", "ws-raw", "ws-serve", "rec", "home", "tmp", "state", "xdg")}
+    for folder in folders.values():
+        folder.mkdir()
+    saved_tmp, saved_state = tempfile.tempdir, os.environ.get("CONSOLE_BRIDGE_STATE_DIR")
+    tempfile.tempdir = str(folders["tmp"])
+    os.environ["CONSOLE_BRIDGE_STATE_DIR"] = str(folders["state"])
+    report: dict[str, Any] = {"plan": plan, "errors": []}
+    times: dict[str, list[float]] = {"raw": [], "library": [], "serve": []}
+    cli = Path(sys.executable).parent / "console-bridge"
+    serve_env = dict(os.environ) | {
+        "TMPDIR": str(folders["tmp"]),
+        "CONSOLE_BRIDGE_STATE_DIR": str(folders["state"]),
+        "XDG_DATA_HOME": str(folders["xdg"]),
+    }
+    serve = StdioServerParameters(
+        command=str(cli),
+        args=[
+            "serve",
+            "--workspace",
+            str(folders["ws-serve"]),
+            "--recordings-dir",
+            str(folders["rec"]),
+            "--command",
+            str(binary),
+        ],
+        env=serve_env,
+        cwd=str(folders["ws-serve"]),
+    )
+    try:
+        with anyio.fail_after(STEP_BOUND * 5):
+            async with (
+                AsyncConsole(folders["ws-lib"], command=binary, recordings_dir=folders["rec"]) as library,
+                stdio_client(serve) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                cmdline = psutil.Process(library.pid or -1).cmdline()
+                env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG") or k.startswith("LC_")}
+                env |= {"TMPDIR": str(folders["tmp"]), "MCP_CONSOLE_HOME": str(folders["home"])}
+                raw = AsyncMCPConsole(
+                    command=str(binary), args=cmdline[1:], server_parameters={"env": env, "cwd": str(folders["ws-raw"])}
+                )
+                await raw.connect()
+                try:
+
+                    async def call_raw() -> str:
+                        return str(await raw.send(python="1"))
+
+                    async def call_library() -> str:
+                        return (await library.send(python="1")).text
+
+                    async def call_serve() -> str:
+                        result = await session.call_tool("send", {"python": "1"})
+                        return "".join(getattr(block, "text", "") for block in result.content)
+
+                    series: list[tuple[str, Callable[[], Awaitable[str]]]] = [
+                        ("raw", call_raw),
+                        ("library", call_library),
+                        ("serve", call_serve),
+                    ]
+                    for _ in range(plan["warmup"]):
+                        for _name, call in series:
+                            await call()
+                    log(f"  {plan['calls']} interleaved rounds")
+                    for i in range(plan["calls"]):
+                        shift = i % len(series)
+                        for name, call in series[shift:] + series[:shift]:
+                            started = time.perf_counter()
+                            text = await call()
+                            times[name].append(time.perf_counter() - started)
+                            if text.strip() != "1":
+                                raise RuntimeError(f"{name} returned {text[:200]!r} for `1`")
+                finally:
+                    await raw.close()
+    except Exception as exc:
+        report["errors"].append(f"{type(exc).__name__}: {exc}")
+        log(f"  FAILED: {type(exc).__name__}: {exc}")
+    finally:
+        tempfile.tempdir = saved_tmp
+        if saved_state is None:
+            os.environ.pop("CONSOLE_BRIDGE_STATE_DIR", None)
+        else:
+            os.environ["CONSOLE_BRIDGE_STATE_DIR"] = saved_state
+        deadline = time.monotonic() + 10
+        while _leftover_children() and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        survivors = _leftover_children()
+        for proc in survivors:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        state_left = (
+            sorted(os.listdir(folders["state"] / "sessions")) if (folders["state"] / "sessions").is_dir() else []
+        )
+        shutil.rmtree(root, ignore_errors=True)
+    figures: dict[str, Any] = {}
+    for name, values in times.items():
+        if values:
+            ms = [v * 1000 for v in values]
+            figures[name] = {
+                "median_ms": round(statistics.median(ms), 3),
+                "p95_ms": round(_pct(ms, 95), 3),
+                "n": len(ms),
+            }
+    report["warm_rtt"] = figures
+    if "raw" in figures and "serve" in figures:
+        ratio = figures["serve"]["median_ms"] / figures["raw"]["median_ms"]
+        report["target"] = {"threshold": TARGET, "value": round(ratio, 3), "met": ratio <= TARGET}
+    report["cleanup"] = {
+        "survivors": [p.pid for p in survivors],
+        "sessions_left": state_left,
+        "ok": not survivors and not state_left,
+    }
+    return report
+
+
+def table(report: dict[str, Any]) -> str:
+    rows = []
+    figures = report.get("warm_rtt", {})
+    raw = figures.get("raw", {}).get("median_ms")
+    for name in ("raw", "library", "serve"):
+        fig = figures.get(name)
+        if fig is None:
+            continue
+        ratio = f"{fig['median_ms'] / raw:.3f}" if raw else "n/a"
+        rows.append(
+            f"| warm round trip of `1`, {name:<7} | {fig['median_ms']:.2f} ms (p95 {fig['p95_ms']:.2f}) | x{ratio} |"
+        )
+    return "\n".join(rows)

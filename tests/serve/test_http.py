@@ -1,0 +1,133 @@
+"""``console-bridge serve --transport http``: the SDK's Streamable HTTP client against the real server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.serve.conftest import HttpServer, finalized, leftovers, recordings_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.slow]
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+@contextlib.asynccontextmanager
+async def client(server: HttpServer, *, terminate: bool = True) -> AsyncIterator[ClientSession]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {server.token}"}, timeout=httpx2.Timeout(60.0))
+    transport = streamable_http_client(server.url, http_client=http, terminate_on_close=terminate)
+    async with http, transport as (r, w), ClientSession(r, w) as session:
+        await session.initialize()
+        yield session
+
+
+def text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+def sessions_started(tmp_path: Path) -> int:
+    sessions = tmp_path / "state" / "sessions"
+    return len(os.listdir(sessions)) if sessions.is_dir() else 0
+
+
+async def test_two_clients_get_two_sessions_and_sigterm_closes_both(http_server: Any, tmp_path: Path) -> None:
+    server: HttpServer = http_server("--warm", "1", "--max-sessions", "3")
+    assert stat.S_IMODE(server.token_file.stat().st_mode) == 0o600  # type: ignore[union-attr]
+    async with client(server) as one, client(server) as two:
+        await one.call_tool("send", {"python": "secret = 'one'"})
+        await two.call_tool("send", {"python": "secret = 'two'"})
+        assert text(await one.call_tool("send", {"python": "secret"})).strip() == "'one'"
+        assert text(await two.call_tool("send", {"python": "secret"})).strip() == "'two'"
+        big = await one.call_tool("send", {"python": "# " + "x" * 10_000_000 + "\n'big'"})  # a 10 MB request
+        assert "big" in text(big) or big.is_error
+        wrong = await two.call_tool("send", {"sql": 5, "extra": True})
+        assert wrong.is_error
+        assert text(await two.call_tool("send", {"python": "secret"})).strip() == "'two'"
+        sandbox = await one.read_resource("console://session/sandbox")
+        assert '"network": "restricted"' in sandbox.contents[0].text  # type: ignore[union-attr]
+        assert server.stop() == 0
+    assert leftovers(tmp_path) == []
+    runs = recordings_of(tmp_path)
+    assert len(runs) >= 2 and all(finalized(run) for run in runs), runs
+    assert not server.token_file.exists()  # type: ignore[union-attr]
+
+
+async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("a-token-of-at-least-sixteen-chars\n")
+    server: HttpServer = http_server("--warm", "0", "--max-per-client", "1", token_file=token_file)
+    async with httpx2.AsyncClient(timeout=30.0) as http:
+        none = await http.post(server.url, json=INIT, headers=ACCEPT)
+        assert none.status_code == 401 and none.headers["www-authenticate"] == "Bearer"
+        wrong = await http.post(
+            server.url, json=INIT, headers={**ACCEPT, "Authorization": "Bearer wrong-token-xxxxxxxx"}
+        )
+        assert wrong.status_code == 401
+        good = {**ACCEPT, "Authorization": f"Bearer {server.token}"}
+        foreign = await http.post(server.url, json=INIT, headers={**good, "Origin": "http://evil.example"})
+        assert foreign.status_code == 403
+        assert sessions_started(tmp_path) == 0
+        local = await http.post(server.url, json=INIT, headers={**good, "Origin": "http://localhost:3000"})
+        assert local.status_code == 200, local.text
+        sid = local.headers["mcp-session-id"]
+        assert sessions_started(tmp_path) == 1
+        second = await http.post(server.url, json=INIT, headers=good)  # same client address, quota 1
+        assert second.status_code == 429, second.text
+        assert sessions_started(tmp_path) == 1
+        # DELETE of the MCP session closes its console
+        deleted = await http.delete(server.url, headers={**good, "mcp-session-id": sid})
+        assert deleted.status_code < 400
+        deadline = time.monotonic() + 20
+        while sessions_started(tmp_path) and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        assert sessions_started(tmp_path) == 0
+        gone = await http.post(
+            server.url,
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={**good, "mcp-session-id": sid},
+        )
+        assert gone.status_code == 404
+    assert server.stop() == 0
+    assert leftovers(tmp_path) == []
+
+
+async def test_capacity_503_and_idle_culling(http_server: Any, tmp_path: Path) -> None:
+    server: HttpServer = http_server(
+        "--warm", "0", "--max-sessions", "2", "--idle-timeout", "4", "--acquire-timeout", "0.5"
+    )
+    async with client(server) as one, client(server) as two:
+        await one.call_tool("send", {"python": "1"})
+        await two.call_tool("send", {"python": "1"})
+        async with httpx2.AsyncClient(timeout=30.0) as http:
+            third = await http.post(
+                server.url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {server.token}"}
+            )
+        assert third.status_code == 503, third.text
+        assert sessions_started(tmp_path) == 2
+        # idle culling: no call for longer than --idle-timeout closes both consoles
+        deadline = time.monotonic() + 30
+        while sessions_started(tmp_path) and time.monotonic() < deadline:
+            await anyio.sleep(0.1)
+        assert sessions_started(tmp_path) == 0
+    # room again: a new client gets a fresh session
+    async with client(server) as three:
+        assert text(await three.call_tool("send", {"python": "6 * 7"})).strip() == "42"
+    assert server.stop() == 0
+    assert leftovers(tmp_path) == []

@@ -1,0 +1,189 @@
+"""``console-bridge serve`` over stdio: the official SDK client and console-bridge's own
+McpConnection against the real server process (nothing mocked between them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from console_bridge import McpConnection, NotAllowed, Owner, Policy
+from tests.serve.conftest import finalized, leftovers, recordings_of, serve_args, serve_env
+
+pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.slow]
+
+
+def text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+def params(tmp_path: Path, *extra: str) -> StdioServerParameters:
+    command, *args = serve_args(tmp_path, *extra)
+    return StdioServerParameters(command=command, args=args, env=serve_env(tmp_path), cwd=str(tmp_path))
+
+
+async def wait_gone(tmp_path: Path, bound: float = 30.0) -> None:
+    deadline = time.monotonic() + bound
+    while leftovers(tmp_path) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+
+
+async def test_sdk_client_cells_resources_cancel_close(tmp_path: Path) -> None:
+    async with stdio_client(params(tmp_path)) as (read, write), ClientSession(read, write) as session:
+        init = await session.initialize()
+        assert init.server_info.name == "console-bridge"
+        assert "console-bridge:" in (init.instructions or "")
+        assert "Persistent Python" in (init.instructions or "")  # mcp-console's own instructions come first
+        [tool] = (await session.list_tools()).tools
+        assert tool.name == "send"
+        assert set(tool.input_schema["properties"]) == {"python", "sql", "timeout_ms", "control", "stdin"}
+        assert tool.input_schema["properties"]["control"]["enum"] == ["interrupt"]
+        assert "reserved for the host" in (tool.description or "")
+
+        await session.call_tool("send", {"python": "x = 21"})
+        assert text(await session.call_tool("send", {"python": "x * 2"})).strip() == "42"
+        await session.call_tool("send", {"sql": "create table t as select 7 as v"})
+        assert "42" in text(await session.call_tool("send", {"sql": "select v * 6 from t"}))
+
+        resources = {str(r.uri) for r in (await session.list_resources()).resources}
+        assert resources == {"console://session/sandbox", "console://session/transcript"}
+        sandbox = json.loads((await session.read_resource("console://session/sandbox")).contents[0].text)  # type: ignore[union-attr]
+        assert sandbox["sandbox"]["network"] == "restricted" and sandbox["sandbox"]["sandboxed"] is True
+        assert "memory" in sandbox["limits"] and sandbox["deny_read"]
+        transcript = (await session.read_resource("console://session/transcript")).contents[0].text  # type: ignore[union-attr]
+        assert "x * 2" in transcript
+
+        # a client cancel (notifications/cancelled) interrupts the cell; the next call works
+        progress: list[float] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(value)
+
+        started = time.monotonic()
+        with anyio.move_on_after(3):
+            await session.call_tool(
+                "send",
+                {"python": "import time\nfor i in range(600):\n    time.sleep(0.1)\nstill = 'ran to the end'"},
+                progress_callback=on_progress,
+            )
+        assert time.monotonic() - started < 10
+        assert progress and progress == sorted(progress)
+        after = await session.call_tool("send", {"python": "'still' in globals()"})
+        assert not after.is_error, text(after)
+        assert text(after).strip() == "False"
+        assert text(await session.call_tool("send", {"python": "x"})).strip() == "21"  # state kept
+    await wait_gone(tmp_path)
+    assert leftovers(tmp_path) == []
+    [run] = recordings_of(tmp_path)
+    assert finalized(run)
+
+
+async def test_bad_input_keeps_the_session(tmp_path: Path) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    async with stdio_client(params(tmp_path)) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        with pytest.raises(MCPError, match="unknown tool"):
+            await session.call_tool("restart_everything", {})
+        wrong = await session.call_tool("send", {"python": 5})
+        assert wrong.is_error and "python" in text(wrong)
+        extra = await session.call_tool("send", {"python": "1", "shell": "rm -rf /"})
+        assert extra.is_error and "shell" in text(extra)
+        restart = await session.call_tool("send", {"control": "restart"})
+        assert restart.is_error
+        huge_wait = await session.call_tool("send", {"python": "'clamped'", "timeout_ms": 10**15})
+        assert not huge_wait.is_error and "clamped" in text(huge_wait)  # clamped to the poll window
+        negative = await session.call_tool("send", {"timeout_ms": -1})
+        assert negative.is_error
+        big = await session.call_tool("send", {"python": "# " + "x" * 10_000_000 + "\n'big'"})
+        assert "big" in text(big) or big.is_error
+        assert text(await session.call_tool("send", {"python": "6 * 7"})).strip() == "42"
+    await wait_gone(tmp_path)
+    assert leftovers(tmp_path) == []
+
+
+def test_mcp_connection_governs_serve(tmp_path: Path) -> None:
+    """console-bridge's own client governing its own server: pinned schema, read-only floor."""
+    command, *args = serve_args(tmp_path)
+    env = {k: v for k, v in serve_env(tmp_path).items() if k in ("CONSOLE_BRIDGE_STATE_DIR", "XDG_DATA_HOME")}
+    config = {"mcpServers": {"cb": {"command": command, "args": args, "cwd": str(tmp_path), "env": env}}}
+    # the default read-only floor hides send (not annotated read-only) and refuses it locally
+    with McpConnection(config, "cb", owner=Owner("agent-1"), tools=["send"], timeout=60) as conn:
+        assert conn.tools() == []
+        with pytest.raises(NotAllowed):
+            conn.call_tool("send", {"python": "1"})
+    policy = Policy(mode="read_write", approve=lambda request: True, pin_schemas="strict")
+    with McpConnection(config, "cb", owner=Owner("agent-1"), tools=["send"], policy=policy, timeout=60) as conn:
+        [handle] = conn.tools()
+        assert handle.name == "send"
+        handle.call({"python": "y = 5"})
+        assert handle.call({"python": "y + 1"}).text.strip() == "6"  # strict pinning re-lists before each call
+        assert conn.status().server_info["name"] == "console-bridge"  # type: ignore[index]
+        assert not conn.status().revoked
+    deadline = time.monotonic() + 30
+    while leftovers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftovers(tmp_path) == []
+    assert all(finalized(run) for run in recordings_of(tmp_path))
+    assert os.listdir(tmp_path / "recordings" / "sessions")
+
+
+def test_closing_stdin_finalizes_and_exits_zero(tmp_path: Path) -> None:
+    """The bare wire: JSON-RPC lines in, stdin closed, exit status 0, recording finalized."""
+    import subprocess
+
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "send", "arguments": {"python": "6*7"}}},
+    ]
+    audit = tmp_path / "audit.jsonl"
+    proc = subprocess.Popen(
+        serve_args(tmp_path, "--audit", str(audit)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=serve_env(tmp_path),
+        cwd=tmp_path,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("".join(json.dumps(line) + "\n" for line in lines).encode())
+    proc.stdin.flush()
+    replies: dict[int, Any] = {}
+    while 2 not in replies:  # bounded by the test's timeout; a closed stdout ends it too
+        line = proc.stdout.readline()
+        assert line, "serve closed stdout before answering"
+        reply = json.loads(line)
+        replies[reply.get("id")] = reply
+    assert replies[2]["result"]["content"][0]["text"].strip() == "42"
+    proc.stdin.close()  # the client goes away: the session closes cleanly and serve exits 0
+    try:
+        status = proc.wait(timeout=60)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    assert status == 0, err.decode(errors="replace")[-2000:]
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert any(e.get("tool") == "send" and e.get("owner") == "mcp-stdio" for e in events), events[-5:]
+    assert leftovers(tmp_path) == []
+    [run] = recordings_of(tmp_path)
+    assert finalized(run)
