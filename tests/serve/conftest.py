@@ -61,7 +61,8 @@ def leftovers(tmp: Path) -> list[str]:
 
 def recordings_of(tmp: Path) -> list[Path]:
     root = tmp / "recordings" / "sessions"
-    return sorted(root.iterdir()) if root.is_dir() else []
+    # each recording is a folder; its console-bridge sidecar (.console-bridge.json) sits beside it
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
 def finalized(run: Path) -> bool:
