@@ -104,6 +104,7 @@ class SessionEntry:
     profile: str = ""
     supervisor_pid: int | None = None
     supervisor_started: float | None = None
+    server_pid: int | None = None
     recording_base: str = ""
     recording: str | None = None
     cgroups: list[str] = field(default_factory=list)

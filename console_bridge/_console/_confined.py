@@ -85,11 +85,12 @@ class SessionConfinement:
         assert self.entry is not None
         return self.entry.tmpdir
 
-    def attach(self, supervisor_pid: int, recording_base: Path) -> None:
-        """Record the supervisor in the registry entry (``console-bridge ps`` shows it)."""
+    def attach(self, supervisor_pid: int, recording_base: Path, *, server_pid: int | None = None) -> None:
+        """Record the supervisor and the server in the registry entry (``console-bridge ps`` shows them)."""
         if self.entry is None:
             return
         self.entry.supervisor_pid = supervisor_pid
+        self.entry.server_pid = server_pid
         with contextlib.suppress(psutil.Error):
             self.entry.supervisor_started = psutil.Process(supervisor_pid).create_time()
         self.entry.recording_base = str(recording_base)

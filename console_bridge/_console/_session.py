@@ -346,7 +346,7 @@ class AsyncConsole(NotCopyable):
                 supervision=supervision,
             )
             await self._conn.connect()
-            self._confined.attach(self._conn.supervisor_pid or 0, base)
+            self._confined.attach(self._conn.supervisor_pid or 0, base, server_pid=self._conn.pid)
             # The hooks write under the TMPDIR as the session's processes see it (a tmpfs of its own).
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
             await self._verify(self._conn, binary)
@@ -632,6 +632,7 @@ class AsyncConsole(NotCopyable):
         }
         with contextlib.suppress(OSError):
             write_sidecar(recording.path, info)
+        self._confined.note_recording(recording.path)
 
     @property
     def limit_check(self) -> Callable[[], tuple[str, str] | None] | None:

@@ -32,6 +32,7 @@ def _as_dict(entry: SessionEntry) -> dict[str, Any]:
         "host_pid": entry.host_pid,
         "host_alive": entry.host_alive(),
         "supervisor_pid": entry.supervisor_pid,
+        "server_pid": entry.server_pid,
         "recording": entry.recording,
         "recordings_root": entry.recording_base,
     }

@@ -78,6 +78,7 @@ def test_ps_lists_another_process_session_and_kill_closes_it_cleanly(tmp_path: P
         assert mine["owner"] == "agent-7" and mine["host_pid"] == host.pid and mine["host_alive"]
         assert mine["workspace"] == str(tmp_path / "ws") and mine["profile"] == "read-only"
         assert "x = 1" not in json.dumps(listed)  # no code, no arguments in the registry
+        assert mine["server_pid"] and mine["recording"] == info["recording"]
         table = _cli(env, "ps").stdout
         assert info["id"] in table and "agent-7" in table
         tree = _tree(int(info["sup"]))  # type: ignore[call-overload]
