@@ -3,6 +3,7 @@ an agent loop, driver shutdown and node loss. The node-loss test is last: it rem
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -145,6 +146,47 @@ async def test_an_agent_drives_a_remote_session(cluster: Any, options: dict[str,
         result, refusal = tool_results(await agent(api, handles))
         assert (result["content"], result["is_error"]) == ("42\n", False)
         assert refusal["is_error"] is True and refusal["content"].startswith("NotAllowed: control='restart'")
+
+
+DRIVER = """
+import asyncio, json, sys
+import ray
+from console_bridge import Owner
+from console_bridge.ray import RaySessionManager
+
+async def main():
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    manager = RaySessionManager(**json.loads(sys.argv[2]))
+    await manager.__aenter__()
+    consoles = [await manager.open(owner=Owner(f"a{i}")) for i in range(2)]
+    await consoles[0].run(python="x = 1")
+    print(json.dumps([pid for pids in (await manager.node_pids()).values() for pid in pids]), flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_driver_leaves_no_session_process_on_any_node(cluster: Any, options: dict[str, Any]) -> None:
+    ray_cluster, _ = cluster
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, ray_cluster.address, json.dumps(options)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert driver.stdout is not None
+        pids = json.loads(driver.stdout.readline())
+        assert len(pids) == 2
+        processes = [proc for pid in pids for proc in tree(pid)]
+        assert len(processes) >= 4
+    finally:
+        driver.kill()  # SIGKILL: no clean close; Ray ends the driver's actors, their sessions die with them
+        driver.wait(30)
+        if driver.stdout is not None:
+            driver.stdout.close()
+    assert wait_gone(processes, bound=60) == []
 
 
 async def test_a_lost_node_ends_its_sessions_and_their_processes(cluster: Any, options: dict[str, Any]) -> None:
