@@ -270,13 +270,21 @@ class RaySessionManager(NotCopyable):
             )
         self._owners[owner] += 1
         try:
-            node = await self._reserve()
-            try:
-                session_id, spec = await remote(node, "open", node.actor.open.remote(owner, name))
-            except BaseException:
-                node.used -= 1
-                self._signal()
-                raise
+            while True:
+                node = await self._reserve()
+                try:
+                    session_id, spec = await remote(node, "open", node.actor.open.remote(owner, name))
+                    break
+                except ConnectionClosed:
+                    node.used -= 1
+                    self._signal()
+                    if node.lost is None:
+                        raise
+                    # The node was lost before anything was handed out: the claim tries the next node.
+                except BaseException:
+                    node.used -= 1
+                    self._signal()
+                    raise
         except BaseException:
             self._owners[owner] -= 1
             raise
