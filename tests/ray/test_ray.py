@@ -23,7 +23,9 @@ from console_bridge import (
     LaunchRefused,
     NotAllowed,
     Owner,
+    OwnerMismatch,
     ServerError,
+    run_context,
 )
 from console_bridge import _errors as errors
 from tests.ray.conftest import CAPACITY, tree, wait_gone
@@ -146,6 +148,11 @@ async def test_an_agent_drives_a_remote_session(cluster: Any, options: dict[str,
         result, refusal = tool_results(await agent(api, handles))
         assert (result["content"], result["is_error"]) == ("42\n", False)
         assert refusal["is_error"] is True and refusal["content"].startswith("NotAllowed: control='restart'")
+        # Ownership is checked here, on the driver, before anything travels.
+        with run_context(Owner("intruder")), pytest.raises(OwnerMismatch):
+            await handles[0]({"python": "1"})
+        with run_context(Owner("agent-1")), pytest.raises(NotAllowed, match="host control"):
+            await console.interrupt()
 
 
 DRIVER = """
