@@ -43,6 +43,13 @@ Policies with an approval callback run on the node (the callback is pickled ther
 
 from __future__ import annotations
 
+try:
+    import ray as _ray  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "console_bridge.ray needs Ray: install the extra with `pip install 'console-bridge[ray]'`"
+    ) from exc
+
 from console_bridge.ray._host import RayConsoleStatus
 from console_bridge.ray._manager import RESOURCE, RayManagerStats, RaySessionInfo, RaySessionManager
 from console_bridge.ray._remote import RayConsole
