@@ -37,6 +37,8 @@ worker per node, whatever the number of sessions.
 - **Driver exit**: leaving the manager closes every session cleanly and kills the hosts;
   a driver that dies takes its (non-detached) host actors with it, and so their sessions.
 
+``BlockingRaySessionManager`` is the blocking twin (one loop thread, as ``SessionManager``).
+
 Policies with an approval callback run on the node (the callback is pickled there);
 ``run(on_output=...)`` calls back here, on the driver, as chunks stream in.
 """
@@ -50,12 +52,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "console_bridge.ray needs Ray: install the extra with `pip install 'console-bridge[ray]'`"
     ) from exc
 
+from console_bridge.ray._blocking import BlockingRayConsole, BlockingRaySessionManager
 from console_bridge.ray._host import RayConsoleStatus
 from console_bridge.ray._manager import RESOURCE, RayManagerStats, RaySessionInfo, RaySessionManager
 from console_bridge.ray._remote import RayConsole
 
 __all__ = [
     "RESOURCE",
+    "BlockingRayConsole",
+    "BlockingRaySessionManager",
     "RayConsole",
     "RayConsoleStatus",
     "RayManagerStats",

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.slow]
 
 ray = pytest.importorskip("ray")
 
-from console_bridge.ray import RayConsole, RaySessionManager  # noqa: E402
+from console_bridge.ray import BlockingRaySessionManager, RayConsole, RaySessionManager  # noqa: E402
 
 
 def test_import_console_bridge_does_not_import_ray() -> None:
@@ -153,6 +153,17 @@ async def test_an_agent_drives_a_remote_session(cluster: Any, options: dict[str,
             await handles[0]({"python": "1"})
         with run_context(Owner("agent-1")), pytest.raises(NotAllowed, match="host control"):
             await console.interrupt()
+
+
+def test_the_blocking_twin(cluster: Any, options: dict[str, Any]) -> None:
+    with BlockingRaySessionManager(**options) as manager, manager.session(owner=Owner("agent-1")) as console:
+        seen: list[str] = []
+        assert console.run(python="print(6 * 7)", on_output=lambda c: seen.append(c.text)).text == "42\n"
+        assert seen and console.status().node_id == console.node_id
+        assert console.tools()[0].call({"python": "print(1)"}).text == "1\n"
+        assert [info.id for info in manager.sessions() if info.state == "in_use"] == [console.id]
+    with pytest.raises(ConnectionClosed):
+        console.run(python="1")
 
 
 DRIVER = """
