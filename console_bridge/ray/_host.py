@@ -16,7 +16,7 @@ import anyio
 import ray
 
 from console_bridge._console._session import AsyncConsole, ConsoleStatus
-from console_bridge._errors import LaunchRefused, NotAllowed
+from console_bridge._errors import ConnectionClosed, LaunchRefused, NotAllowed
 from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
 from console_bridge._manager._info import ManagerStats, SessionInfo
@@ -103,6 +103,16 @@ class NodeHost:
 
     async def close(self, session_id: str) -> None:
         await self._require().close(session_id)
+
+    def ended(self, session_ids: list[str]) -> dict[str, str]:
+        """Why each of these sessions ended (the manager's own message, e.g. culled after idling)."""
+        out: dict[str, str] = {}
+        for session_id in session_ids:
+            try:
+                self._require().get(session_id)
+            except (ConnectionClosed, NotAllowed) as exc:
+                out[session_id] = exc.message
+        return out
 
     # ------------------------------------------------------------------- calls
     async def call(self, session_id: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -89,7 +89,9 @@ class RaySessionManager(NotCopyable):
     folder on any node raises :class:`LaunchRefused` naming the node.
 
     Bounds (seconds): ``start_timeout`` (the node hosts start), ``shutdown_timeout`` (a node
-    closes its sessions cleanly before its host is killed), ``acquire_timeout``.
+    closes its sessions cleanly before its host is killed), ``acquire_timeout``, and
+    ``reconcile_interval`` (a waiting claim asks the nodes this often for sessions that ended
+    there, culled or crashed, and frees their slots).
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class RaySessionManager(NotCopyable):
         start_timeout: float = 120.0,
         shutdown_timeout: float = 30.0,
         local_sessions: int = 8,
+        reconcile_interval: float = 1.0,
         **manager_options: Any,
     ) -> None:
         for label, value in (("max_sessions", max_sessions), ("max_per_owner", max_per_owner)):
@@ -112,6 +115,7 @@ class RaySessionManager(NotCopyable):
             ("acquire_timeout", acquire_timeout),
             ("start_timeout", start_timeout),
             ("shutdown_timeout", shutdown_timeout),
+            ("reconcile_interval", reconcile_interval),
         ):
             if not isinstance(bound, int | float) or isinstance(bound, bool) or not 0 < bound < float("inf"):
                 raise LaunchRefused(f"{label} must be a positive, finite number of seconds, not {bound!r}")
@@ -124,6 +128,7 @@ class RaySessionManager(NotCopyable):
         self.acquire_timeout = float(acquire_timeout)
         self.start_timeout = float(start_timeout)
         self.shutdown_timeout = float(shutdown_timeout)
+        self.reconcile_interval = float(reconcile_interval)
         self.local_sessions = local_sessions
         self.manager_options = dict(manager_options)
         self._state = "new"
@@ -307,6 +312,8 @@ class RaySessionManager(NotCopyable):
             if not any(n.lost is None for n in self._nodes.values()):
                 lost = "; ".join(f"{n.node_id}: {n.lost}" for n in self._nodes.values())
                 raise ConnectionClosed(f"every Ray node of this manager was lost ({lost})")
+            if await self._reconcile():
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise Busy(
@@ -316,8 +323,33 @@ class RaySessionManager(NotCopyable):
                     details={"in_use": total},
                 )
             freed = self._freed
-            with anyio.move_on_after(remaining):
+            with anyio.move_on_after(min(remaining, self.reconcile_interval)):
                 await freed.wait()
+
+    async def _reconcile(self) -> bool:
+        """Free the slots of sessions that ended on their node behind the driver's back (culled for
+        idleness or lifetime, closed by their server); True when a slot was freed."""
+        freed = False
+        for node in list(self._nodes.values()):
+            if node.lost is not None or not node.consoles:
+                continue
+            try:
+                infos = await remote(node, "sessions", node.actor.sessions.remote())
+            except ConnectionClosed:
+                freed = True  # the node was lost: its capacity left, waiting claims re-check
+                continue
+            alive = {info.id for info in infos if info.state == "in_use"}
+            gone = [c for c in node.consoles if c.id not in alive]
+            if not gone:
+                continue
+            with contextlib.suppress(ConnectionClosed):
+                reasons = await remote(node, "ended", node.actor.ended.remote([c.id for c in gone]))
+                for console in gone:
+                    console.close_reason = reasons.get(console.id)
+            for console in gone:
+                await self._release(console)
+                freed = True
+        return freed
 
     def _signal(self) -> None:
         self._freed.set()

@@ -101,6 +101,7 @@ class RayConsole(NotCopyable):
         self._spec = spec
         self._on_closed = on_closed
         self.closed = False
+        self.close_reason: str | None = None  # why it ended on its node, when the node said so
 
     def __repr__(self) -> str:
         return f"<RayConsole {self.id} node={self.node_id[:12]} owner={self.owner!s}{' closed' if self.closed else ''}>"
@@ -125,7 +126,8 @@ class RayConsole(NotCopyable):
                 f"{what}: {lost_message(self.node_id, self.node.lost)}", details={"node_id": self.node_id}
             )
         if self.closed:
-            raise ConnectionClosed(f"{what}: this console was closed; open a new session")
+            why = self.close_reason or "this console was closed"
+            raise ConnectionClosed(f"{what}: {why}; open a new session")
 
     @staticmethod
     def _host_only(what: str) -> None:

@@ -155,6 +155,16 @@ async def test_an_agent_drives_a_remote_session(cluster: Any, options: dict[str,
             await console.interrupt()
 
 
+async def test_a_session_culled_on_its_node_frees_its_slot(cluster: Any, options: dict[str, Any]) -> None:
+    options = {**options, "acquire_timeout": 30.0}
+    async with RaySessionManager(**options, max_sessions=1, idle_timeout=1.0, check_interval=0.2) as manager:
+        first = await manager.open(owner=Owner("agent-1"))
+        second = await manager.open(owner=Owner("agent-2"))  # waits until the first was culled for idleness
+        with pytest.raises(ConnectionClosed, match="idle"):
+            await first.run(python="1")
+        assert (await second.run(python="print(2)")).text == "2\n"
+
+
 def test_the_blocking_twin(cluster: Any, options: dict[str, Any]) -> None:
     with BlockingRaySessionManager(**options) as manager, manager.session(owner=Owner("agent-1")) as console:
         seen: list[str] = []
