@@ -16,6 +16,7 @@ Target: added warm round trip p50 <= 2 ms.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -168,6 +169,7 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
     while (_servers(binary) - before) and time.monotonic() < deadline:
         await anyio.sleep(0.2)
     left = sorted(_servers(binary) - before)
+    shutil.rmtree(scratch, ignore_errors=True)
     report["cleanup"] = {"ok": not left, "servers_left": left}
     rt = report.get("round_trip")
     if rt is not None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ def cluster() -> Iterator[tuple[Cluster, Path]]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(scratch, ignore_errors=True)
         if saved is None:
             os.environ.pop("CONSOLE_BRIDGE_STATE_DIR", None)
         else:
