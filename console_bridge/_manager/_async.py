@@ -33,9 +33,11 @@ from console_bridge._manager._info import (
     summarize,
 )
 
-__all__ = ["AsyncSessionManager"]
+__all__ = ["AsyncSessionManager", "sweep_workspaces"]
 
 _MANAGER_CLOSED = "closed because the session manager was closed"
+#: Per-session workspaces (workspace=None) are named ``console-bridge-ws-<host pid>-<session id>-*``.
+_WS_PREFIX = "console-bridge-ws-"
 
 
 @dataclass(eq=False)
@@ -71,6 +73,25 @@ def _calls(console: AsyncConsole) -> tuple[int, bool]:
     if conn is None:
         return 0, False
     return conn.calls, conn.state == "busy"
+
+
+def sweep_workspaces(root: str | None = None) -> list[str]:
+    """Remove the per-session workspaces left by hosts that died without closing (killed, or
+    their Ray node host actor was lost): folders whose host pid is no longer running. Returns
+    the folders removed."""
+    base = root if root is not None else tempfile.gettempdir()
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            if not name.startswith(_WS_PREFIX):
+                continue
+            pid = name[len(_WS_PREFIX) :].split("-", 1)[0]
+            if not pid.isdigit() or psutil.pid_exists(int(pid)):
+                continue
+            with contextlib.suppress(OSError, NotAllowed):
+                remove_tree(base, name)
+                removed.append(os.path.join(base, name))
+    return removed
 
 
 async def _remove_folder(folder: str | None) -> None:
@@ -205,6 +226,8 @@ class AsyncSessionManager(NotCopyable):
             raise ConnectionClosed(f"this session manager is {self._state}; create a new one")
         # Background work (warm-ups, culling) runs in the manager's own task, as the connection's host
         # does: a failure there never cancels the caller, and any task may close the manager.
+        if self.workspace is None:
+            await anyio.to_thread.run_sync(sweep_workspaces)
         ready = anyio.Event()
         self._host_task = asyncio.get_running_loop().create_task(self._host(ready))
         await ready.wait()
@@ -425,7 +448,7 @@ class AsyncSessionManager(NotCopyable):
         if self.workspace is not None:
             entry = _Entry(id=session_id, console=AsyncConsole(self.workspace, **options))
         else:
-            folder = tempfile.mkdtemp(prefix=f"console-bridge-ws-{session_id}-")
+            folder = tempfile.mkdtemp(prefix=f"{_WS_PREFIX}{os.getpid()}-{session_id}-")
             try:
                 entry = _Entry(id=session_id, console=AsyncConsole(folder, **options), folder=folder)
             except BaseException:

@@ -119,7 +119,7 @@ async def test_sessions_spread_cells_files_errors_and_shutdown(cluster: Any, opt
     # not even the empty per-session workspaces (workspace=None).
     assert wait_gone(processes) == []
     temp = Path(tempfile.gettempdir())
-    assert [p for c in consoles for p in temp.glob(f"console-bridge-ws-{c.id}-*")] == []
+    assert [p for c in consoles for p in temp.glob(f"console-bridge-ws-*-{c.id}-*")] == []
     with pytest.raises(ConnectionClosed):
         await consoles[0].run(python="1")
 
@@ -188,7 +188,8 @@ async def main():
     await manager.__aenter__()
     consoles = [await manager.open(owner=Owner(f"a{i}")) for i in range(2)]
     await consoles[0].run(python="x = 1")
-    print(json.dumps([pid for pids in (await manager.node_pids()).values() for pid in pids]), flush=True)
+    pids = [pid for pids in (await manager.node_pids()).values() for pid in pids]
+    print(json.dumps([pids, [console.id for console in consoles]]), flush=True)
     await asyncio.sleep(600)
 
 asyncio.run(main())
@@ -205,7 +206,7 @@ def test_a_killed_driver_leaves_no_session_process_on_any_node(cluster: Any, opt
     )
     try:
         assert driver.stdout is not None
-        pids = json.loads(driver.stdout.readline())
+        pids, ids = json.loads(driver.stdout.readline())
         assert len(pids) == 2
         processes = [proc for pid in pids for proc in tree(pid)]
         assert len(processes) >= 4
@@ -215,6 +216,16 @@ def test_a_killed_driver_leaves_no_session_process_on_any_node(cluster: Any, opt
         if driver.stdout is not None:
             driver.stdout.close()
     assert wait_gone(processes, bound=60) == []
+    # Their empty per-session workspaces were left behind by the killed hosts; the next start sweeps them.
+    temp = Path(tempfile.gettempdir())
+    assert len([p for i in ids for p in temp.glob(f"console-bridge-ws-*-{i}-*")]) == 2
+
+    async def next_start() -> None:
+        async with RaySessionManager(**options):
+            pass
+
+    anyio.run(next_start)
+    assert [p for i in ids for p in temp.glob(f"console-bridge-ws-*-{i}-*")] == []
 
 
 async def test_a_lost_node_ends_its_sessions_and_their_processes(cluster: Any, options: dict[str, Any]) -> None:
@@ -248,3 +259,7 @@ async def test_a_lost_node_ends_its_sessions_and_their_processes(cluster: Any, o
         stats = await manager.stats()
         assert doomed.node_id in stats.lost and stats.total_capacity == CAPACITY
         assert isinstance(survivor, RayConsole)
+    # The lost host left the doomed session's empty workspace; the next start on this machine sweeps it.
+    async with RaySessionManager(**options):
+        pass
+    assert list(Path(tempfile.gettempdir()).glob(f"console-bridge-ws-*-{doomed.id}-*")) == []
