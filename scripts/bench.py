@@ -14,6 +14,7 @@ Usage::
     .venv/bin/python scripts/bench.py --json bench.json  # also write every figure as JSON
     .venv/bin/python scripts/bench.py --manager          # the session manager section only
     .venv/bin/python scripts/bench.py --serve            # `console-bridge serve` vs library vs raw
+    .venv/bin/python scripts/bench.py --ray              # sessions on a 2-node Ray cluster (bench_ray.py)
 
 What is measured (docs/performance.md explains each figure):
 
@@ -27,7 +28,8 @@ What is measured (docs/performance.md explains each figure):
 ``--manager`` runs the session manager section instead (scripts/bench_manager.py): warm-claim
 latency against a cold start, churn, memory per warm session. ``--serve`` runs the
 ``console-bridge serve`` section (scripts/bench_serve.py): warm round trip of ``1`` through serve
-(stdio, the MCP SDK client) against the library in-process and the raw client.
+(stdio, the MCP SDK client) against the library in-process and the raw client. ``--ray`` runs the Ray section
+(scripts/bench_ray.py): the round trip added by a remote session, throughput across 2 nodes.
 
 Exit status: 0 when every phase ran and nothing survived the cleanup; 1 when a phase failed or a
 process or temporary folder survived; 2 on usage errors.
@@ -1282,6 +1284,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--serve", action="store_true", help="run the `console-bridge serve` section (scripts/bench_serve.py) instead"
     )
+    parser.add_argument(
+        "--ray", action="store_true", help="run the Ray section (scripts/bench_ray.py) instead; needs the [ray] extra"
+    )
     parser.add_argument("--child", choices=("raw", "bridge"), help=argparse.SUPPRESS)
     parser.add_argument("--child-setup", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1422,6 +1427,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_manager(args)
     if args.serve:
         return run_serve(args)
+    if args.ray:
+        return run_section(args, "bench_ray")
     return asyncio.run(run(args))
 
 
@@ -1451,14 +1458,21 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_manager(args: argparse.Namespace) -> int:
     """The ``--manager`` section: its own figures, targets and cleanup check (see bench_manager.py)."""
-    import bench_manager  # beside this script
+    return run_section(args, "bench_manager")
+
+
+def run_section(args: argparse.Namespace, module: str) -> int:
+    """A section in its own module beside this script (``run``, ``table``, targets, cleanup check)."""
+    import importlib
+
+    section = importlib.import_module(module)
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    report = asyncio.run(bench_manager.run(args.binary, args.quick, log))
+    report = asyncio.run(section.run(args.binary, args.quick, log))
     report["meta"] = {"quick": args.quick, "binary": str(args.binary), "versions": versions(), "source": source_state()}
-    print(bench_manager.table(report))
+    print(section.table(report))
     for key, target in report["targets"].items():
         state = "met" if target["met"] else "MISSED"
         print(f"target {key}: <= {target['threshold']:g} ms: {target['value']} -> {state}")

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import os
 import secrets
+import tempfile
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,6 +22,7 @@ from anyio.abc import TaskGroup
 from console_bridge._connection._handles import NotCopyable
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed, ServerError
+from console_bridge._hostfs import remove_tree
 from console_bridge._identity import Owner
 from console_bridge._manager._info import (
     ManagerStats,
@@ -31,9 +33,11 @@ from console_bridge._manager._info import (
     summarize,
 )
 
-__all__ = ["AsyncSessionManager"]
+__all__ = ["AsyncSessionManager", "sweep_workspaces"]
 
 _MANAGER_CLOSED = "closed because the session manager was closed"
+#: Per-session workspaces (workspace=None) are named ``console-bridge-ws-<host pid>-<session id>-*``.
+_WS_PREFIX = "console-bridge-ws-"
 
 
 @dataclass(eq=False)
@@ -51,6 +55,7 @@ class _Entry:
     calls_seen: int = 0
     calls_at_handover: int = 0
     server: psutil.Process | None = None  # the server as seen when it became warm (pid reuse is detected)
+    folder: str | None = None  # the session's own empty workspace (workspace=None), removed after it closed
 
 
 @dataclass(eq=False)
@@ -68,6 +73,34 @@ def _calls(console: AsyncConsole) -> tuple[int, bool]:
     if conn is None:
         return 0, False
     return conn.calls, conn.state == "busy"
+
+
+def sweep_workspaces(root: str | None = None) -> list[str]:
+    """Remove the per-session workspaces left by hosts that died without closing (killed, or
+    their Ray node host actor was lost): folders whose host pid is no longer running. Returns
+    the folders removed."""
+    base = root if root is not None else tempfile.gettempdir()
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            if not name.startswith(_WS_PREFIX):
+                continue
+            pid = name[len(_WS_PREFIX) :].split("-", 1)[0]
+            if not pid.isdigit() or psutil.pid_exists(int(pid)):
+                continue
+            with contextlib.suppress(OSError, NotAllowed):
+                remove_tree(base, name)
+                removed.append(os.path.join(base, name))
+    return removed
+
+
+async def _remove_folder(folder: str | None) -> None:
+    """Remove a session's own workspace (never through a symlink); gone already is fine."""
+    if folder is None:
+        return
+    parent, name = os.path.split(folder)
+    with contextlib.suppress(OSError, NotAllowed):
+        await anyio.to_thread.run_sync(remove_tree, parent, name)
 
 
 def _server_alive(entry: _Entry) -> bool:
@@ -106,7 +139,7 @@ class AsyncSessionManager(NotCopyable):
 
     def __init__(
         self,
-        workspace: str | os.PathLike[str] = ".",
+        workspace: str | os.PathLike[str] | None = ".",
         *,
         warm: int = 1,
         max_sessions: int = 8,
@@ -154,7 +187,11 @@ class AsyncSessionManager(NotCopyable):
         self.workspace = workspace
         self.console_options = dict(console_options)
         # Construction checks every console option and starts nothing: a bad option fails here.
-        AsyncConsole(workspace, **self.console_options)
+        if workspace is None:
+            with tempfile.TemporaryDirectory(prefix="console-bridge-ws-") as probe:
+                AsyncConsole(probe, **self.console_options)
+        else:
+            AsyncConsole(workspace, **self.console_options)
         self._state = "new"
         self._tg: TaskGroup | None = None
         self._host_task: asyncio.Task[None] | None = None
@@ -189,6 +226,8 @@ class AsyncSessionManager(NotCopyable):
             raise ConnectionClosed(f"this session manager is {self._state}; create a new one")
         # Background work (warm-ups, culling) runs in the manager's own task, as the connection's host
         # does: a failure there never cancels the caller, and any task may close the manager.
+        if self.workspace is None:
+            await anyio.to_thread.run_sync(sweep_workspaces)
         ready = anyio.Event()
         self._host_task = asyncio.get_running_loop().create_task(self._host(ready))
         await ready.wait()
@@ -406,7 +445,15 @@ class AsyncSessionManager(NotCopyable):
     def _new_entry(self, owner: Owner | None = None) -> _Entry:
         session_id = f"{self._prefix}-{next(self._ids)}"
         options = {**self.console_options, **({"owner": owner} if owner is not None else {})}
-        entry = _Entry(id=session_id, console=AsyncConsole(self.workspace, **options))
+        if self.workspace is not None:
+            entry = _Entry(id=session_id, console=AsyncConsole(self.workspace, **options))
+        else:
+            folder = tempfile.mkdtemp(prefix=f"{_WS_PREFIX}{os.getpid()}-{session_id}-")
+            try:
+                entry = _Entry(id=session_id, console=AsyncConsole(folder, **options), folder=folder)
+            except BaseException:
+                os.rmdir(folder)
+                raise
         self._entries[session_id] = entry
         return entry
 
@@ -456,6 +503,8 @@ class AsyncSessionManager(NotCopyable):
                 self._ready.remove(entry)
             entry.state = "closing"
             await entry.console.close()
+            folder, entry.folder = entry.folder, None
+            await _remove_folder(folder)
             self._forget(entry, why)
 
     def _discard(self, entry: _Entry) -> None:
@@ -464,14 +513,21 @@ class AsyncSessionManager(NotCopyable):
         entry.console.set_close_reason("discarded by the session manager: its server had died")
         self._forget(entry, "discarded (its server had died)")
         self._orphans.add(entry.console)
-        self._spawn("discard", self._kill_orphan, entry.console)
+        self._spawn("discard", self._kill_orphan, entry.console, entry.folder)
 
-    async def _kill_orphan(self, console: AsyncConsole) -> None:
+    async def _kill_orphan(self, console: AsyncConsole, folder: str | None = None) -> None:
         with anyio.CancelScope(shield=True):
             await console.cancel()
+            await _remove_folder(folder)
         self._orphans.discard(console)
 
     def _forget(self, entry: _Entry, why: str) -> None:
+        if entry.folder is not None and entry.console.status().state == "closed":
+            # Failure paths (a cold start or warm-up that never ran a cell): the folder is (nearly) empty.
+            folder, entry.folder = entry.folder, None
+            parent, name = os.path.split(folder)
+            with contextlib.suppress(OSError, NotAllowed):
+                remove_tree(parent, name)
         if self._entries.pop(entry.id, None) is not None:
             self._counts["closed"] += 1
             self._ended[entry.id] = why

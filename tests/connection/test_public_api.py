@@ -140,7 +140,7 @@ def test_errors_carry_context() -> None:
 def test_import_is_light() -> None:
     code = (
         "import sys, console_bridge\n"
-        "heavy = ['IPython', 'agents', 'langchain_core', 'pydantic_ai', 'anthropic', 'rich']\n"
+        "heavy = ['IPython', 'agents', 'langchain_core', 'pydantic_ai', 'anthropic', 'rich', 'ray']\n"
         "print(','.join(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60, check=True)

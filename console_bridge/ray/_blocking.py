@@ -1,0 +1,132 @@
+"""``BlockingRaySessionManager``: the blocking twin of :class:`RaySessionManager`, a thin portal."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from console_bridge._connection._handles import NotCopyable, ToolHandle
+from console_bridge._identity import Owner
+from console_bridge._portal import Portal
+from console_bridge._results import CellResult
+from console_bridge.ray._host import RayConsoleStatus
+from console_bridge.ray._manager import RayManagerStats, RaySessionInfo, RaySessionManager
+from console_bridge.ray._remote import RayConsole
+
+__all__ = ["BlockingRayConsole", "BlockingRaySessionManager"]
+
+
+class BlockingRayConsole(NotCopyable):
+    """A blocking view of a :class:`RayConsole` (same methods, blocking; ``status()`` too)."""
+
+    def __init__(self, portal: Portal, console: RayConsole) -> None:
+        self._portal = portal
+        self._async = console
+        self.id = console.id
+        self.owner = console.owner
+        self.node_id = console.node_id
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("<RayConsole", "<BlockingRayConsole")
+
+    def send(self, **kwargs: Any) -> CellResult:
+        return self._portal.call(lambda: self._async.send(**kwargs))
+
+    def poll(self, timeout_ms: int | None = None) -> CellResult:
+        return self._portal.call(self._async.poll, timeout_ms)
+
+    def run(
+        self,
+        *,
+        python: str | None = None,
+        r: str | None = None,
+        sql: str | None = None,
+        timeout: float | None = None,
+        on_output: Callable[[CellResult], Any] | None = None,
+    ) -> CellResult:
+        """Run a cell to completion; ``on_output`` is called in the portal's thread as chunks arrive."""
+        return self._portal.call(
+            lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output)
+        )
+
+    def interrupt(self) -> CellResult:
+        return self._portal.call(self._async.interrupt)
+
+    def restart(self) -> CellResult:
+        return self._portal.call(self._async.restart)
+
+    def status(self) -> RayConsoleStatus:
+        return self._portal.call(self._async.status)
+
+    def put_file(self, name: str, data: bytes) -> str:
+        return self._portal.call(self._async.put_file, name, data)
+
+    def get_file(self, name: str, *, max_bytes: int = 100_000_000) -> bytes:
+        return self._portal.call(lambda: self._async.get_file(name, max_bytes=max_bytes))
+
+    def tools(self) -> list[ToolHandle]:
+        """The model-facing ``send`` tool; ``handle.call({...})`` blocks."""
+        return [self._portal.blocking_handle(handle) for handle in self._async.tools()]
+
+    def close(self) -> None:
+        """Close the session on its node; its slot frees. Idempotent."""
+        if not self._portal.closed:
+            self._portal.call(self._async.close)
+
+
+class BlockingRaySessionManager(NotCopyable):
+    """Blocking twin of :class:`RaySessionManager`: same arguments, same methods, blocking. Example::
+
+    with BlockingRaySessionManager(workspace=None) as manager:
+        with manager.session(owner=Owner("agent-1")) as console:
+            print(console.run(python="1 + 1").text, console.status().node_id)
+    """
+
+    def __init__(self, address: str | None = None, **kwargs: Any) -> None:
+        self._portal = Portal(self, "BlockingRaySessionManager")
+        try:
+            self._async: RaySessionManager = self._portal.run_sync(lambda: RaySessionManager(address, **kwargs))
+        except BaseException:
+            self._portal.stop()
+            raise
+        self._portal.set_closer(self._async.aclose)
+
+    def __enter__(self) -> BlockingRaySessionManager:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def start(self) -> None:
+        """Join or start the cluster and start the node hosts (what ``with`` does)."""
+        self._portal.call(self._async.__aenter__)
+
+    def shutdown(self) -> None:
+        """Close every session on every node and stop the loop thread. Idempotent."""
+        self._portal.stop()
+
+    @contextlib.contextmanager
+    def session(self, *, owner: Owner, name: str | None = None) -> Iterator[BlockingRayConsole]:
+        console = self.open(owner=owner, name=name)
+        try:
+            yield console
+        finally:
+            console.close()
+
+    def open(self, *, owner: Owner, name: str | None = None) -> BlockingRayConsole:
+        console = self._portal.call(lambda: self._async.open(owner=owner, name=name))
+        return BlockingRayConsole(self._portal, console)
+
+    def get(self, session_id: str) -> BlockingRayConsole:
+        return BlockingRayConsole(self._portal, self._portal.run_sync(lambda: self._async.get(session_id)))
+
+    def close(self, session_id: str) -> None:
+        self._portal.call(self._async.close, session_id)
+
+    def sessions(self) -> list[RaySessionInfo]:
+        return self._portal.call(self._async.sessions)
+
+    def stats(self) -> RayManagerStats:
+        return self._portal.call(self._async.stats)
