@@ -55,6 +55,13 @@ __all__ = [
 ]
 
 
+def _rebuild(cls: type[BridgeError], message: str, state: dict[str, Any]) -> BridgeError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
 class BridgeError(Exception):
     """Every error console_bridge raises on purpose.
 
@@ -78,6 +85,11 @@ class BridgeError(Exception):
         self.pid = pid
         self.stderr_tail = stderr_tail
         self.details: dict[str, Any] = dict(details or {})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle by state, whatever a subclass's __init__ requires (errors cross process
+        # boundaries, e.g. from a Ray node back to the driver, with every field).
+        return (_rebuild, (type(self), self.message, dict(self.__dict__)))
 
     def __str__(self) -> str:
         text = self.message

@@ -542,6 +542,11 @@ class AsyncConsole(NotCopyable):
         :class:`ConnectionClosed` with ``reason`` (e.g. "closed by the session manager after 600 s idle")."""
         self._close_reason = reason
 
+    @property
+    def close_reason(self) -> str | None:
+        """Why the session was closed from outside (see :meth:`set_close_reason`), if it was."""
+        return self._close_reason
+
     # ---------------------------------------------------------------- cells
     def _require(self, what: str) -> AsyncMcpConnection:
         check_owner(self.owner, "console")

@@ -472,7 +472,9 @@ class AsyncSessionManager(NotCopyable):
         if entry is not None and entry.state == "in_use":
             return entry.console
         if session_id in self._ended or entry is not None:
-            why = self._ended.get(session_id, "closed")
+            # a session being culled says why already, before its close has finished
+            reason = entry.console.close_reason if entry is not None else None
+            why = self._ended.get(session_id) or reason or "closed"
             raise ConnectionClosed(f"session {session_id!r} was {why}")
         raise NotAllowed(f"no session {session_id!r} in this session manager")
 

@@ -45,7 +45,8 @@ def test_import_console_bridge_does_not_import_ray() -> None:
 @pytest.mark.parametrize("name", errors.__all__)
 def test_every_error_pickles_with_its_fields(name: str) -> None:
     cls = getattr(errors, name)
-    error = cls("what happened", server="mcp-console", pid=7, stderr_tail="tail", details={"node_id": "ab"})
+    extra = {"result": CellResult(text="failed")} if cls is errors.CellError else {}
+    error = cls("what happened", server="mcp-console", pid=7, stderr_tail="tail", details={"node_id": "ab"}, **extra)
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is cls and str(back) == str(error)
     assert (back.message, back.server, back.pid, back.stderr_tail, back.details) == (
