@@ -89,20 +89,44 @@ class SessionCgroups:
     by_limit: dict[str, Path] = field(default_factory=dict)  # "memory" | "processes" | "cpu" -> group
     errors: dict[str, str] = field(default_factory=dict)  # limit -> why it has no group
     cells: Path | None = None  # v1: the nested pids group the worker is moved into (see move_worker)
+    _fds: dict[Path, int] = field(default_factory=dict)
 
     def counters(self) -> dict[str, int]:
-        """Counters that rise when a limit is hit: ``{"memory": oom kills, "processes": fork refusals}``."""
+        """Counters that rise when a limit is hit: ``{"memory": oom kills, "processes": fork refusals}``.
+
+        Read before and after every cell, so the files stay open and are re-read with pread."""
         out: dict[str, int] = {}
         memory = self.by_limit.get("memory")
         if memory is not None:
             name = "memory.events" if self.version == "cgroup2" else "memory.oom_control"
-            out["memory"] = _read_key(memory / name, "oom_kill")
+            out["memory"] = self._read_key(memory / name, "oom_kill")
         pids = self.by_limit.get("processes")
         if pids is not None:
-            out["processes"] = _read_key(pids / "pids.events", "max")
+            out["processes"] = self._read_key(pids / "pids.events", "max")
             if self.cells is not None:
-                out["processes"] += _read_key(self.cells / "pids.events", "max")
+                out["processes"] += self._read_key(self.cells / "pids.events", "max")
         return out
+
+    def _read_key(self, path: Path, key: str) -> int:
+        fd = self._fds.get(path)
+        try:
+            if fd is None:
+                fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            text = os.pread(fd, 4096, 0).decode("ascii")
+        except (OSError, UnicodeDecodeError):
+            return 0
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                with contextlib.suppress(ValueError):
+                    return int(value)
+        return 0
+
+    def close_files(self) -> None:
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
 
     def move_worker(self, pid: int) -> bool:
         """Put the worker process (and so everything a cell starts) into the nested group that

@@ -59,6 +59,7 @@ class Confinement:
 
     def release(self) -> None:
         """Remove the groups (when the supervisor never ran to remove them itself)."""
+        self.cgroups.close_files()
         for group in self.cgroups.paths:
             remove_group(group)
 

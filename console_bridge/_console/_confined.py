@@ -57,6 +57,7 @@ class SessionConfinement:
         self._counters: dict[str, int] = {}
         self._worker: psutil.Process | None = None
         self._r_profile: Path | None = None
+        self._tmp_fd: int | None = None
 
     # ------------------------------------------------------------------ start
     def prepare(self, *, owner: str, profile: str, recording_base: Path) -> Supervision:
@@ -220,13 +221,14 @@ class SessionConfinement:
         return _LIMIT_TEXT[name].format(value=_human(value))
 
     def _tmpfs_full(self) -> bool:
-        fd = self.open_tmp_root()
-        if fd is None:
-            return False
+        if self._tmp_fd is None:  # kept open: checked after every cell (released with the session)
+            self._tmp_fd = self.open_tmp_root()
+            if self._tmp_fd is None:
+                return False
         try:
-            info = os.fstatvfs(fd)
-        finally:
-            os.close(fd)
+            info = os.fstatvfs(self._tmp_fd)
+        except OSError:
+            return False
         return info.f_bavail * info.f_frsize < 1 << 20
 
     def cpu_busy(self, window: float = 0.3) -> Callable[[], Awaitable[bool]] | None:
@@ -330,6 +332,10 @@ class SessionConfinement:
         if self._r_profile is not None:
             with contextlib.suppress(OSError):
                 self._r_profile.unlink()
+        if self._tmp_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._tmp_fd)
+            self._tmp_fd = None
         if self.entry is not None:
             with contextlib.suppress(OSError):
                 if self.entry.path.exists():
