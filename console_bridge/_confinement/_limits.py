@@ -60,7 +60,9 @@ class Limits:
     tree; ``cpu`` is CPUs' worth of time (``1.5``); ``tmpdir`` bounds the bytes a session
     may write to its private TMPDIR; ``recording`` bounds the raw output kept on disk per
     output file of the recording. ``None`` means no limit. ``enforce="required"`` refuses
-    to launch (``LaunchRefused``) when a limit cannot be enforced on this host;
+    to launch (``LaunchRefused``) when a limit cannot be enforced by any mechanism on this
+    host and accepts a weaker one (an rlimit per process), reported as such;
+    ``"strict"`` also refuses a limit that does not hold for the whole session tree;
     ``"best_effort"`` starts anyway and ``status().limits`` says what holds. Example::
 
         Console("analysis/", limits=Limits(memory="2GiB", processes=64, cpu=1.0))
@@ -71,11 +73,13 @@ class Limits:
     cpu: float | None = None
     tmpdir: int | str | None = "2GiB"
     recording: int | str | None = "256MiB"
-    enforce: Literal["required", "best_effort"] = "required"
+    enforce: Literal["strict", "required", "best_effort"] = "required"
 
     def __post_init__(self) -> None:
-        if self.enforce not in ("required", "best_effort"):
-            raise LaunchRefused(f"Limits.enforce must be 'required' or 'best_effort', not {self.enforce!r}")
+        if self.enforce not in ("strict", "required", "best_effort"):
+            raise LaunchRefused(
+                f"Limits.enforce must be 'strict', 'required' or 'best_effort', not {self.enforce!r}"
+            )
         for name in ("memory", "tmpdir", "recording"):
             parse_size(getattr(self, name), name)
         processes = self.processes
@@ -115,7 +119,7 @@ class LimitReport:
     """One limit as it holds in a running session: its value and what enforces it."""
 
     value: int | float | None
-    enforced_by: str | None  # "cgroup2" | "cgroup1" | "rlimit" | "tmpfs" | None
+    enforced_by: str | None  # "cgroup2" | "cgroup1" | "systemd-scope" | "rlimit" | "userns-rlimit" | "tmpfs" | None
     note: str = ""
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,50 +1,58 @@
 """Turning ``Limits`` into what this host can enforce, and the supervisor's command line.
 
-Mechanisms, strongest first: a cgroup (v2 where delegated, v1 where mounted) for memory,
-processes and CPU; a size-capped tmpfs in the supervisor's private mount namespace for
-the TMPDIR (needs ``CAP_SYS_ADMIN``); rlimits as the floor (``RLIMIT_AS`` per process
-for memory when no cgroup can hold it; ``RLIMIT_FSIZE`` on the server for the recording,
-which caps each raw output file it writes). Under ``enforce="required"`` a limit with no
-mechanism is a ``LaunchRefused`` naming it, the reason and the fix.
+Each limit gets the strongest mechanism the host offers (see ``_host.HostKind``):
+
+* memory, processes, cpu: a **cgroup v2** subtree this process may delegate to
+  (``"cgroup2"``), else a transient **systemd scope** of the session's own
+  (``systemd-run --scope``, the user manager for a normal user: ``"systemd-scope"``), else
+  a writable **cgroup v1** hierarchy (``"cgroup1"``), else rlimits: ``RLIMIT_AS`` per
+  process for memory (``"rlimit"``) and, in the session's own user namespace,
+  ``RLIMIT_NPROC`` for processes (``"userns-rlimit"``: the kernel counts every task of the
+  session's namespace against it, whatever the cell forks). CPU has no rlimit form.
+* tmpdir: a size-capped tmpfs in the session's view (``"tmpfs"``), on every host that
+  can build the view.
+* recording: ``RLIMIT_FSIZE`` on the server (``"rlimit"``: each raw output file).
+
+``enforce="required"`` refuses (``LaunchRefused``) a limit with no mechanism at all;
+``"strict"`` also refuses one held only by a per-process rlimit; ``"best_effort"`` starts
+with what holds. Where no view can be built (no user namespaces, not Linux) every
+session is refused whatever ``enforce`` says: the view is a security boundary.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from console_bridge._confinement._cgroups import SessionCgroups, create_session_cgroups, remove_group
+from console_bridge._confinement._cgroups import (
+    PIDS_HEADROOM,
+    SessionCgroups,
+    create_session_cgroups,
+    remove_group,
+)
+from console_bridge._confinement._host import HostKind, detect_host
 from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits
 from console_bridge._errors import LaunchRefused
 
-__all__ = ["SUPERVISOR", "Confinement", "Supervision", "can_mount_tmpfs", "plan_confinement", "supervisor_command"]
+__all__ = ["SUPERVISOR", "TREE_WIDE", "Confinement", "Supervision", "plan_confinement", "supervisor_command"]
 
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
-_CAP_SYS_ADMIN = 21
+#: Mechanisms that hold a limit for the whole session tree (``enforce="strict"`` accepts only these).
+TREE_WIDE = frozenset({"cgroup2", "cgroup1", "systemd-scope", "tmpfs", "userns-rlimit"})
 _FIX = {
-    "memory": "run where a cgroup (v2 delegated to this user, or a writable v1 memory hierarchy) is available",
-    "processes": "run where a cgroup with the pids controller is writable (v2 delegated, or v1)",
-    "cpu": "run where a cgroup with the cpu controller is writable, or set cpu=None",
-    "tmpdir": "run as a user that may mount (CAP_SYS_ADMIN), or set tmpdir=None",
+    "memory": "run where a cgroup is available (v2 delegated to this user, a systemd user manager, or a "
+    "writable v1 memory hierarchy)",
+    "processes": "run as a normal user (user namespaces count its tasks) or where a cgroup with the pids "
+    "controller is writable (v2 delegated, a systemd manager, or v1)",
+    "cpu": "run where a cgroup with the cpu controller is writable or a systemd manager runs, or set cpu=None",
+    "tmpdir": "set tmpdir=None",
     "recording": "set recording=None",
 }
-
-
-def can_mount_tmpfs() -> bool:
-    """True when this process may create a mount namespace and mount a tmpfs (CAP_SYS_ADMIN)."""
-    if os.environ.get("CONSOLE_BRIDGE_NO_TMPFS"):
-        return False
-    try:
-        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
-    except (OSError, ValueError):
-        pass
-    return False
 
 
 @dataclass
@@ -55,7 +63,12 @@ class Confinement:
     reports: dict[str, LimitReport]
     cgroups: SessionCgroups
     tmpfs_size: int | None
-    rlimits: dict[str, int] = field(default_factory=dict)
+    host: HostKind
+    rlimits: dict[str, int] = field(default_factory=dict)  # on the supervisor (and so the server)
+    child_rlimits: dict[str, int] = field(default_factory=dict)  # on the server, inside its namespaces
+    scope: list[str] | None = None  # systemd-run ... -- (the supervisor runs in a scope of its own)
+    unit: str | None = None
+    scope_env: dict[str, str] = field(default_factory=dict)  # what systemd-run needs to find its manager
 
     def release(self) -> None:
         """Remove the groups (when the supervisor never ran to remove them itself)."""
@@ -63,29 +76,71 @@ class Confinement:
         for group in self.cgroups.paths:
             remove_group(group)
 
+    def mechanism(self, name: str) -> str | None:
+        return self.reports[name].enforced_by
+
     def report_dict(self) -> dict[str, dict[str, Any]]:
         return {name: report.as_dict() for name, report in self.reports.items()}
 
 
 @dataclass(frozen=True)
 class Supervision:
-    """What a supervised stdio child gets beyond the defaults: limits, its TMPDIR, folders to remove."""
+    """What a supervised stdio child gets beyond the defaults: limits, its TMPDIR, its view, folders to remove."""
 
     confinement: Confinement | None
     tmpdir: Path | None
     cleanup: tuple[Path, ...] = ()
+    view: dict[str, Any] | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {"confinement": self.confinement, "tmpdir": self.tmpdir, "cleanup": list(self.cleanup)}
+        return {
+            "confinement": self.confinement,
+            "tmpdir": self.tmpdir,
+            "cleanup": list(self.cleanup),
+            "view": self.view,
+        }
 
 
-def plan_confinement(limits: Limits, session_id: str) -> Confinement:
-    """Create the session's cgroups and decide every limit's mechanism; refuse what cannot hold."""
+def _scope_command(host: HostKind, unit: str, memory: int | None, tasks: int | None, cpu: float | None) -> list[str]:
+    """``systemd-run --scope`` with the session's limits as unit properties."""
+    argv = [shutil.which("systemd-run") or "systemd-run"]
+    if host.systemd == "user":
+        argv.append("--user")
+    argv += ["--scope", "--quiet", "--collect", f"--unit={unit}"]
+    if memory is not None:
+        argv += ["-p", f"MemoryMax={memory}", "-p", "MemorySwapMax=0"]
+    if tasks is not None:
+        argv += ["-p", f"TasksMax={tasks}"]
+    if cpu is not None:
+        argv += ["-p", f"CPUQuota={round(cpu * 100)}%"]
+    return [*argv, "--"]
+
+
+def _scope_env(host: HostKind) -> dict[str, str]:
+    if host.systemd != "user":
+        return {}
+    env = {"XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{host.uid}"}
+    if "DBUS_SESSION_BUS_ADDRESS" in os.environ:
+        env["DBUS_SESSION_BUS_ADDRESS"] = os.environ["DBUS_SESSION_BUS_ADDRESS"]
+    return env
+
+
+def refuse_without_view(host: HostKind) -> None:
+    problem = host.namespace_problem
+    if problem is not None:
+        raise LaunchRefused(
+            f"console-bridge cannot confine a session on this host: {problem}. A session's read view needs a "
+            "private mount namespace (root, or a normal user with user namespaces); nothing was started. "
+            "`console-bridge doctor` lists every check.",
+            details={"platform": host.platform, "reason": problem},
+        )
+
+
+def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = None) -> Confinement:
+    """Decide every limit's mechanism and create the session's cgroups; refuse what cannot hold."""
+    host = host if host is not None else detect_host()
+    refuse_without_view(host)
     memory, tmpdir, recording = limits.bytes("memory"), limits.bytes("tmpdir"), limits.bytes("recording")
-    groups = create_session_cgroups(session_id, memory=memory, processes=limits.processes, cpu=limits.cpu)
-    reports: dict[str, LimitReport] = {}
-    rlimits: dict[str, int] = {}
-    missing: dict[str, str] = {}
     values: dict[str, int | float | None] = {
         "memory": memory,
         "processes": limits.processes,
@@ -93,42 +148,95 @@ def plan_confinement(limits: Limits, session_id: str) -> Confinement:
         "tmpdir": tmpdir,
         "recording": recording,
     }
+    wanted = {name for name in ("memory", "processes", "cpu") if values[name] is not None}
+    groups = create_session_cgroups(session_id, memory=memory, processes=limits.processes, cpu=limits.cpu)
+    scope: list[str] | None = None
+    unit: str | None = None
+    scope_env: dict[str, str] = {}
+    if wanted - set(groups.by_limit) and host.systemd is not None:
+        # A scope of its own holds every limit of the session; partial groups are given back.
+        for group in groups.paths:
+            remove_group(group)
+        unit = f"console-bridge-{session_id}.scope"
+        tasks = limits.processes + PIDS_HEADROOM if limits.processes is not None else None
+        scope = _scope_command(host, unit, memory, tasks, limits.cpu)
+        groups = SessionCgroups(version=None)
+        scope_env = _scope_env(host)
+    reports: dict[str, LimitReport] = {}
+    rlimits: dict[str, int] = {}
+    child_rlimits: dict[str, int] = {}
+    missing: dict[str, str] = {}
+    weak: dict[str, str] = {}
     for name in ("memory", "processes", "cpu"):
         value = values[name]
         if value is None:
             reports[name] = LimitReport(None, None)
+        elif scope is not None:
+            note = f"{unit} (the server and its helpers share {PIDS_HEADROOM} more tasks)" if name == "processes" else (
+                unit or ""
+            )
+            reports[name] = LimitReport(value, "systemd-scope", note)
         elif name in groups.by_limit:
             reports[name] = LimitReport(value, groups.version)
         elif name == "memory":
             rlimits["as"] = int(value)
             reports[name] = LimitReport(value, "rlimit", "RLIMIT_AS per process (no cgroup for the whole tree)")
+            weak[name] = "only RLIMIT_AS per process holds it"
+        elif name == "processes" and host.user_namespace:
+            child_rlimits["nproc"] = int(value) + PIDS_HEADROOM
+            reports[name] = LimitReport(
+                value,
+                "userns-rlimit",
+                "RLIMIT_NPROC counted over the session's user namespace (cells get the limit, the server and its "
+                f"helpers {PIDS_HEADROOM} more tasks)",
+            )
         else:
-            missing[name] = groups.errors.get(name, "no cgroup controller for it")
-            reports[name] = LimitReport(value, None, missing[name])
-    tmpfs_size: int | None = None
+            why = groups.errors.get(name, "no cgroup controller for it")
+            if name == "processes":
+                why += "; and root's processes are not counted by RLIMIT_NPROC"
+            missing[name] = why
+            reports[name] = LimitReport(value, None, why)
     if tmpdir is None:
         reports["tmpdir"] = LimitReport(None, None)
-    elif can_mount_tmpfs():
-        tmpfs_size = tmpdir
-        reports["tmpdir"] = LimitReport(tmpdir, "tmpfs")
     else:
-        missing["tmpdir"] = "this process may not mount a size-capped tmpfs (no CAP_SYS_ADMIN)"
-        reports["tmpdir"] = LimitReport(tmpdir, None, missing["tmpdir"])
+        reports["tmpdir"] = LimitReport(tmpdir, "tmpfs", "a size-capped tmpfs in the session's view (also /tmp)")
     if recording is None:
         reports["recording"] = LimitReport(None, None)
     else:
         rlimits["fsize"] = recording
         reports["recording"] = LimitReport(recording, "rlimit", "RLIMIT_FSIZE: each raw output file of the recording")
-    confinement = Confinement(limits, {n: reports[n] for n in LIMIT_NAMES}, groups, tmpfs_size, rlimits)
-    if missing and limits.enforce == "required":
+        weak["recording"] = "RLIMIT_FSIZE caps each raw output file, not the recording's total"
+    confinement = Confinement(
+        limits,
+        {n: reports[n] for n in LIMIT_NAMES},
+        groups,
+        tmpdir,
+        host,
+        rlimits,
+        child_rlimits,
+        scope,
+        unit,
+        scope_env,
+    )
+    refused = dict(missing)
+    if limits.enforce == "strict":
+        refused.update(weak)
+    if refused and limits.enforce != "best_effort":
         confinement.release()
-        name, why = next(iter(missing.items()))
-        others = f" (also: {', '.join(sorted(set(missing) - {name}))})" if len(missing) > 1 else ""
+        name, why = next(iter(refused.items()))
+        others = f" (also: {', '.join(sorted(set(refused) - {name}))})" if len(refused) > 1 else ""
+        if name in missing:
+            fix = f"{_FIX[name]}; or pass Limits(..., enforce='best_effort') (CLI: --best-effort) to start anyway"
+        else:
+            fix = (
+                f"{_FIX[name]}, or drop enforce='strict' (the default 'required' accepts the weaker mechanism and "
+                "reports it)"
+            )
         raise LaunchRefused(
-            f"limit {name}={values[name]} cannot be enforced on this host: {why}{others}. Fix: {_FIX[name]}; or pass "
-            "Limits(..., enforce='best_effort') to start anyway (status().limits then says what holds). "
-            "Nothing was started.",
-            details={"limit": name, "reasons": missing},
+            f"limit {name}={values[name]} cannot be enforced {'' if name in missing else 'for the whole session tree '}"
+            f"on this host ({host.name}): {why}{others}. Fix: {fix}. status().limits and `console-bridge doctor` "
+            "say what holds. Nothing was started.",
+            details={"limit": name, "reasons": refused},
         )
     return confinement
 
@@ -141,9 +249,12 @@ def supervisor_command(
     confinement: Confinement | None = None,
     tmpdir: Path | None = None,
     cleanup: list[Path] | None = None,
+    view: dict[str, Any] | None = None,
 ) -> list[str]:
-    """``python -I -S _supervisor.py CONFIG`` for ``argv`` (the server, resolved to a path)."""
+    """``python -I -S _supervisor.py CONFIG`` for ``argv`` (the server, resolved to a path),
+    inside ``systemd-run --scope`` when the session's limits live in a scope of its own."""
     config: dict[str, Any] = {"argv": argv, "cwd": cwd, "grace": grace, "cleanup": [str(p) for p in cleanup or []]}
+    prefix: list[str] = []
     if confinement is not None:
         groups = confinement.cgroups
         nested = [groups.cells] if groups.cells is not None else []
@@ -152,6 +263,10 @@ def supervisor_command(
         config["cgroups"] = [str(path) for path in groups.paths]
         config["nested_cgroups"] = [str(path) for path in nested]
         config["rlimits"] = dict(confinement.rlimits)
-        if confinement.tmpfs_size is not None and tmpdir is not None:
-            config["tmpfs"] = {"path": str(tmpdir), "size": confinement.tmpfs_size}
-    return [sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config)]
+        config["child_rlimits"] = dict(confinement.child_rlimits)
+        prefix = list(confinement.scope or [])
+        if confinement.scope_env:
+            config["drop_env"] = sorted(confinement.scope_env)
+    if view is not None:
+        config["view"] = view
+    return [*prefix, sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config)]

@@ -55,7 +55,12 @@ _MS_NODEV = 4
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 _MNT_DETACH = 2
-_RLIMITS = {"as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE, "cpu": resource.RLIMIT_CPU}
+_RLIMITS = {
+    "as": resource.RLIMIT_AS,
+    "fsize": resource.RLIMIT_FSIZE,
+    "cpu": resource.RLIMIT_CPU,
+    "nproc": resource.RLIMIT_NPROC,
+}
 
 
 def _fail(message: str) -> None:
@@ -130,13 +135,6 @@ class Supervisor:
                 _fail(f"cannot set RLIMIT_{name.upper()}={soft}: {exc}")
         if "fsize" in dict(self.config.get("rlimits", {})):
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the cap fail with EFBIG instead
-        tmpfs = self.config.get("tmpfs")
-        if isinstance(tmpfs, dict):
-            _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-            _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
-            options = f"size={int(tmpfs['size'])},mode=0700".encode()
-            target = str(tmpfs["path"]).encode()
-            _check(libc.mount(b"tmpfs", target, b"tmpfs", _MS_NOSUID | _MS_NODEV, options), "mounting the tmpfs")
 
     def start_server(self) -> None:
         read_end, self.stdin_w = os.pipe()
@@ -151,6 +149,16 @@ class Supervisor:
                         handle.write(str(os.getpid()))
                 except OSError as exc:
                     _fail(f"cannot join cgroup {group}: {exc.strerror}")
+            for name in self.config.get("drop_env", []):
+                os.environ.pop(str(name), None)
+            view = self.config.get("view")
+            if isinstance(view, dict):
+                self.enter_view(view)
+            for name, value in dict(self.config.get("child_rlimits", {})).items():
+                try:
+                    resource.setrlimit(_RLIMITS[name], (int(value), int(value)))
+                except (OSError, ValueError) as exc:
+                    _fail(f"cannot set RLIMIT_{name.upper()}={value}: {exc}")
             try:
                 os.dup2(read_end, 0)
                 os.close(read_end)
@@ -167,6 +175,17 @@ class Supervisor:
             os._exit(127)
         os.close(read_end)
         self.server_pid = pid
+
+    def enter_view(self, view: dict[str, Any]) -> None:
+        """In the server's process, before exec: its namespaces and its view of the host."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import _namespaces  # type: ignore[import-not-found]  # stdlib only, beside this file
+
+        try:
+            _namespaces.enter(bool(view.get("user_namespace")))
+            _namespaces.apply_plan(view)
+        except (_namespaces.SetupError, OSError) as exc:
+            _fail(f"building the session's view failed: {exc}")
 
     # ------------------------------------------------------------------- run
     def close_stdin(self) -> None:
@@ -280,9 +299,6 @@ class Supervisor:
     def finish(self) -> None:
         import shutil
 
-        tmpfs = self.config.get("tmpfs")
-        if isinstance(tmpfs, dict):
-            _libc().umount2(str(tmpfs["path"]).encode(), _MNT_DETACH)
         for path in self.cleanup:
             for _ in range(3):
                 shutil.rmtree(path, ignore_errors=True)

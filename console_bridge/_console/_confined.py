@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import stat
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,11 +20,14 @@ from typing import Any
 import platformdirs
 import psutil
 
-from console_bridge._confinement._deny import deny_paths, parse_probe, probe_code_for
+from console_bridge._confinement._deny import deny_paths, expand_deny, parse_probe, probe_code_for
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
 from console_bridge._confinement._registry import SessionEntry, r_hooks_dir, register, state_dir
+from console_bridge._confinement._view import View, build_view
+from console_bridge._console._environments import session_environments
 from console_bridge._errors import NotAllowed, SandboxMismatch
+from console_bridge._results import CellFailure
 
 __all__ = ["SessionConfinement"]
 
@@ -33,6 +37,19 @@ _LIMIT_TEXT = {
     "processes": "the session's process limit ({value} tasks); starting more processes or threads failed",
     "tmpdir": "the TMPDIR size limit ({value}); writing more failed with 'No space left on device'",
 }
+
+
+def _fork_refused(error: CellFailure | None) -> bool:
+    """The worker reported a refused fork or thread start (EAGAIN), the mark of RLIMIT_NPROC."""
+    if error is None:
+        return False
+    text = f"{error.name}: {error.message}"
+    return "Resource temporarily unavailable" in text or "can't start new thread" in text
+
+
+def _out_of_memory(error: CellFailure) -> bool:
+    """The worker reported an allocation that failed (RLIMIT_AS): Python's MemoryError, R's vector error."""
+    return error.name == "MemoryError" or "cannot allocate vector" in error.message
 
 
 def _human(value: int | float | None) -> str:
@@ -53,15 +70,17 @@ class SessionConfinement:
         self.entry: SessionEntry | None = None
         self.confinement: Confinement | None = None
         self.deny: list[str] = []
+        self.view: View | None = None
         self._canaries: list[Path] = []
+        self._renamed: Path | None = None
         self._counters: dict[str, int] = {}
         self._worker: psutil.Process | None = None
         self._r_profile: Path | None = None
         self._tmp_fd: int | None = None
 
     # ------------------------------------------------------------------ start
-    def prepare(self, *, owner: str, profile: str, recording_base: Path) -> Supervision:
-        """Register the session, create its groups, compute the deny list (blocking; run in a thread)."""
+    def prepare(self, *, owner: str, profile: str, recording_base: Path) -> None:
+        """Register the session and create its groups (blocking; run in a thread)."""
         self.entry = register(
             owner=owner, workspace=str(self.workspace), profile=profile, recording_base=str(recording_base)
         )
@@ -72,14 +91,64 @@ class SessionConfinement:
             raise
         self.entry.cgroups = [str(path) for path in self.confinement.cgroups.paths]
         self.entry.save()
+
+    def supervision(
+        self,
+        *,
+        recording_base: Path,
+        python: Path,
+        binary: Path,
+        languages: tuple[str, ...],
+        workspace_writable: bool,
+        writable_roots: list[Path],
+        read_roots: list[Path],
+    ) -> Supervision:
+        """Build the session's view and deny list; what the supervisor gets (blocking)."""
+        assert self.entry is not None and self.confinement is not None
+        self.cache_dir.mkdir(mode=0o700, exist_ok=True)
+        self.plant_early()
+        if "r" in languages:
+            self._r_profile = r_hooks_dir() / f"{self.entry.id}.Rprofile"
+            fd = os.open(self._r_profile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            os.close(fd)
+        self.view = build_view(
+            root=self.entry.path / "view",
+            workspace=self.workspace,
+            workspace_writable=workspace_writable,
+            writable_roots=writable_roots,
+            read_roots=read_roots,
+            environments=session_environments(python, binary, languages),
+            recording_base=recording_base,
+            files=[(self._r_profile, "the R outcome hook")] if self._r_profile is not None else [],
+            server_dirs=[(self.cache_dir, "mcp-console's cache, private to this session")],
+            tmpdir=self.entry.tmpdir,
+            tmpdir_size=self.confinement.tmpfs_size,
+            home=Path.home(),
+            masks=[expand_deny(item, self.workspace) for item in self.deny_read],
+        )
         default_recordings = Path(platformdirs.user_data_dir("console-bridge"))
-        self.deny = deny_paths(
+        denied = deny_paths(
             workspace=self.workspace,
             state_dir=state_dir(),
             recording_roots=[recording_base, default_recordings],
             extra=self.deny_read,
         )
-        return Supervision(self.confinement, self.entry.tmpdir, (self.entry.path,))
+        # mcp-console's own rules deny what must stay hidden inside the view (the workspace's .git,
+        # the recordings the server writes, /etc/shadow); what is outside the view has no name at all.
+        inside = [path for path in denied if self.view.contains(path)]
+        base = str(recording_base)
+        if not any(base == path or base.startswith(path + os.sep) for path in inside):
+            inside.append(base)
+        self.deny = inside
+        plan = self.view.plan()
+        plan["user_namespace"] = self.confinement.host.user_namespace
+        return Supervision(self.confinement, self.entry.tmpdir, (self.entry.path,), plan)
+
+    @property
+    def cache_dir(self) -> Path:
+        """mcp-console's cache for this session (``MCP_CONSOLE_CACHE_DIR``), removed with the session."""
+        assert self.entry is not None
+        return self.entry.path / "cache"
 
     @property
     def tmpdir(self) -> Path:
@@ -118,14 +187,39 @@ class SessionConfinement:
         self._canaries.append(path)
         return path
 
+    def plant_early(self) -> None:
+        """Before the server starts: a canary that will be replaced by rename once the view exists
+        (the view is built by path, so the replacement must stay as hidden as the original)."""
+        assert self.entry is not None
+        self._renamed = self._plant(self.entry.path)
+
     def probe_cell(self, recording_base: Path, writable_workspace: bool, language: str) -> str:
-        """Plant canaries and return the Python probe cell (blocking)."""
+        """Plant canaries inside and outside the view and return the probe cell (blocking).
+
+        Outside the view: the session's private folder, the bridge's cache folder (under the
+        home folder by default), the host's /tmp, a canary replaced by rename after the server
+        started, and one created after it started. Inside the view, denied: the recordings
+        folder and every denied path that exists."""
         assert self.entry is not None
         reads: list[str] = []
-        for item in (self.entry.path, recording_base):
+        cache = Path(os.environ.get("CONSOLE_BRIDGE_CACHE_DIR") or platformdirs.user_cache_dir("console-bridge"))
+        for item in (self.entry.path, recording_base, cache):
             canary = self._plant(item)
             if canary is not None:
                 reads.append(str(canary))
+        with contextlib.suppress(OSError):
+            fd, name = tempfile.mkstemp(prefix=f".{_CANARY}-", dir="/tmp")
+            os.write(fd, b"console-bridge canary in the host's /tmp\n")
+            os.close(fd)
+            self._canaries.append(Path(name))
+            reads.append(name)
+        renamed = self._renamed
+        if renamed is not None:
+            with contextlib.suppress(OSError):
+                fresh = renamed.with_name(renamed.name + ".new")
+                fresh.write_bytes(b"console-bridge canary, replaced by rename after the server started\n")
+                os.rename(fresh, renamed)
+                reads.append(str(renamed))
         reads += [path for path in self.deny if os.path.lexists(path)]
         writes = [str(self.entry.path / f"{_CANARY}-write"), str(recording_base / f"{_CANARY}-write")]
         if not writable_workspace:
@@ -167,7 +261,9 @@ class SessionConfinement:
         """Before a cell: remember the limit counters; put a new worker under the process limit."""
         self._counters = self._read_counters()
         if self.confinement is not None and (
-            self.confinement.cgroups.cells is not None or "fsize" in self.confinement.rlimits
+            self.confinement.cgroups.cells is not None
+            or "fsize" in self.confinement.rlimits
+            or "nproc" in self.confinement.child_rlimits
         ):
             self._place_worker()
 
@@ -195,6 +291,10 @@ class SessionConfinement:
                     if "fsize" in self.confinement.rlimits:
                         _, hard = proc.rlimit(psutil.RLIMIT_FSIZE)
                         proc.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
+                    processes = self.confinement.reports["processes"].value
+                    if "nproc" in self.confinement.child_rlimits and isinstance(processes, int):
+                        # the cells get the limit itself; the server and its helpers keep the headroom
+                        proc.rlimit(psutil.RLIMIT_NPROC, (processes, processes))
                     if self.confinement.cgroups.cells is None or self.confinement.cgroups.move_worker(proc.pid):
                         self._worker = proc
                     return
@@ -202,9 +302,10 @@ class SessionConfinement:
     def _read_counters(self) -> dict[str, int]:
         return self.confinement.cgroups.counters() if self.confinement is not None else {}
 
-    def limit_hit(self) -> str | None:
-        """The limit the cell since :meth:`mark` ran into, if any (kernel counters and the TMPDIR's
-        free space, never the cell's text)."""
+    def limit_hit(self, error: CellFailure | None = None) -> str | None:
+        """The limit the cell since :meth:`mark` ran into, if any: kernel counters where a cgroup holds
+        the limit, the TMPDIR's free space; where only an rlimit holds one, the session tree's size
+        (processes) and the failure the worker reported (``MemoryError``, a fork refused)."""
         if self.confinement is None:
             return None
         now = self._read_counters()
@@ -214,7 +315,25 @@ class SessionConfinement:
                 return name
         if self.confinement.tmpfs_size is not None and self._tmpfs_full():
             return "tmpdir"
+        if self.confinement.mechanism("processes") == "userns-rlimit":
+            limit = self.confinement.reports["processes"].value
+            if isinstance(limit, int) and (self._tree_tasks() >= limit or _fork_refused(error)):
+                return "processes"
+        if self.confinement.mechanism("memory") == "rlimit" and error is not None and _out_of_memory(error):
+            return "memory"
         return None
+
+    def _tree_tasks(self) -> int:
+        """Tasks (threads included) of the worker's tree: what the cells' RLIMIT_NPROC counts."""
+        worker = self._worker
+        if worker is None:
+            return 0
+        total = 0
+        with contextlib.suppress(psutil.Error):
+            for proc in [worker, *worker.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    total += proc.num_threads()
+        return total
 
     def limit_message(self, name: str) -> str:
         value = self.confinement.reports[name].value if self.confinement is not None else None
@@ -246,18 +365,24 @@ class SessionConfinement:
 
         return check
 
+    def _viewer(self) -> int | None:
+        """The pid through whose root the host sees the session's view (the server's)."""
+        if self.entry is None:
+            return None
+        return self.entry.server_pid or None
+
     def tmp_view(self) -> Path:
-        """The TMPDIR as the session's processes see it (through the supervisor's mount namespace)."""
+        """The TMPDIR as the session's processes see it (through the server's mount namespace)."""
         assert self.entry is not None
-        if self.entry.supervisor_pid is None:
+        pid = self._viewer()
+        if pid is None:
             return self.entry.tmpdir
-        return Path(f"/proc/{self.entry.supervisor_pid}/root{self.entry.tmpdir}")
+        return Path(f"/proc/{pid}/root{self.entry.tmpdir}")
 
     def write_r_profile(self, text: str) -> Path:
-        """The R outcome hook's profile file, readable by the sandboxed worker (not in a denied folder)."""
+        """The R outcome hook's profile file, readable by the sandboxed worker (in the view, read-only)."""
         assert self.entry is not None
-        folder = r_hooks_dir()
-        path = folder / f"{self.entry.id}.Rprofile"
+        path = self._r_profile or r_hooks_dir() / f"{self.entry.id}.Rprofile"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -266,13 +391,11 @@ class SessionConfinement:
 
     # ---------------------------------------------------------- files in/out
     def open_tmp_root(self) -> int | None:
-        """An fd of the TMPDIR as the session's processes see it (inside the supervisor's mounts)."""
-        if self.entry is None or self.entry.supervisor_pid is None:
+        """An fd of the TMPDIR as the session's processes see it (inside the server's view)."""
+        if self.entry is None or self._viewer() is None:
             return None
         try:
-            return os.open(
-                f"/proc/{self.entry.supervisor_pid}/root{self.entry.tmpdir}", os.O_RDONLY | os.O_DIRECTORY
-            )
+            return os.open(str(self.tmp_view()), os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
             return None
 

@@ -131,7 +131,7 @@ class CellObserver:
         self.events = EventTail()
         self.outcomes: OutcomeLog | None = None
         self.notices: list[str] = []
-        self.limit_check: Callable[[], tuple[str, str] | None] | None = None
+        self.limit_check: Callable[[CellFailure | None], tuple[str, str] | None] | None = None
         self.last_notice = split_response("", ended=True)
         self.last_started_at: float | None = None
         self._mark: tuple[Path | None, int] | None = None
@@ -180,7 +180,7 @@ class CellObserver:
                 # sys.exit(0) ends the worker too, but the code asked for it and succeeded.
                 error = worker_exited_failure(language, notice.exit_status)
             if self.limit_check is not None:  # a limit hit is the cell's failure, even when the code coped
-                hit = self.limit_check()
+                hit = self.limit_check(error)
                 if hit is not None:
                     error = limit_failure(hit[0], language, hit[1])
             self._mark = None

@@ -21,7 +21,7 @@ from console_bridge._errors import LaunchRefused
 
 __all__ = ["Profile", "available_profiles", "load_profile", "profiles_dir", "translate"]
 
-_TOP_KEYS = {"name", "summary", "server", "expects", "deny_read", "limits"}
+_TOP_KEYS = {"name", "summary", "server", "expects", "deny_read", "read_roots", "limits"}
 _SERVER_KEYS = {
     "sandbox.profile",
     "sandbox.network",
@@ -74,6 +74,7 @@ class Profile:
     read_write: tuple[str, ...]  # relative to the workspace, or absolute
     expects_writable: frozenset[str]
     deny_read: tuple[str, ...] = ()  # absolute, '~/...' or '{workspace}/...'; on top of the bridge's own list
+    read_roots: tuple[str, ...] = ()  # host folders added to the view read-only (absolute or '~/...')
     limits: Limits = field(default_factory=Limits)
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,6 +92,7 @@ class Profile:
             },
             "expects": {"sandboxed": True, "network": "restricted", "writable": sorted(self.expects_writable)},
             "deny_read": list(self.deny_read),
+            "read_roots": list(self.read_roots),
             "limits": self.limits.as_dict(),
         }
 
@@ -199,6 +201,9 @@ def load_profile(profile: str | os.PathLike[str]) -> Profile:
         raise _refuse(source, "deny_read", "must be a list of paths (absolute, '~/...' or '{workspace}/...')")
     for item in deny_read:
         expand_deny(item, Path("/workspace"), source=f"profile {str(source)!r}: deny_read")
+    read_roots = document.get("read_roots") or []
+    if not isinstance(read_roots, list) or not all(isinstance(item, str) and item for item in read_roots):
+        raise _refuse(source, "read_roots", "must be a list of folder paths (absolute or '~/...')")
     raw_limits = document.get("limits") or {}
     if not isinstance(raw_limits, Mapping):
         raise _refuse(source, "limits", "must be a mapping (memory, processes, cpu, tmpdir, recording, enforce)")
@@ -215,6 +220,7 @@ def load_profile(profile: str | os.PathLike[str]) -> Profile:
         read_write=tuple(server.get("sandbox.filesystem.read_write") or ()),
         expects_writable=frozenset(writable),
         deny_read=tuple(deny_read),
+        read_roots=tuple(read_roots),
         limits=limits,
     )
 

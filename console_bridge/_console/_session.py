@@ -56,7 +56,7 @@ from console_bridge._errors import (
 )
 from console_bridge._governance._policy import ApprovalRequest, Policy, run_approver
 from console_bridge._identity import Owner, check_owner, current_owner
-from console_bridge._results import CellResult
+from console_bridge._results import CellFailure, CellResult
 from console_bridge._transport._stdio import base_environment
 
 __all__ = ["AsyncConsole", "ConsoleStatus"]
@@ -95,6 +95,8 @@ class ConsoleStatus:
     session_id: str | None = None
     supervisor_pid: int | None = None
     deny_read: tuple[str, ...] = ()
+    view: list[dict[str, Any]] = field(default_factory=list)
+    host: str | None = None
 
 
 class AsyncConsole(NotCopyable):
@@ -119,6 +121,7 @@ class AsyncConsole(NotCopyable):
         *,
         profile: str | os.PathLike[str] = "read-only",
         writable_roots: Sequence[str | os.PathLike[str]] = (),
+        read_roots: Sequence[str | os.PathLike[str]] = (),
         dependencies: Literal["deny", "allow"] = "deny",
         project_config: bool = False,
         command: str | os.PathLike[str] | None = None,
@@ -164,6 +167,13 @@ class AsyncConsole(NotCopyable):
         )
         arg_roots, self._extra_args = split_args(args)
         self._roots = list(dict.fromkeys([*arg_roots, *(validate_root(r) for r in writable_roots)]))
+        if isinstance(read_roots, str | bytes):
+            raise LaunchRefused("read_roots must be a sequence of folder paths, e.g. read_roots=['~/data']")
+        self._read_roots = list(
+            dict.fromkeys(
+                validate_root(r, what="read root") for r in [*self._profile.read_roots, *read_roots]
+            )
+        )
         self._env = dict(env or {})
         for key, value in self._env.items():
             if not isinstance(key, str) or not isinstance(value, str) or "\x00" in key + value:
@@ -256,6 +266,14 @@ class AsyncConsole(NotCopyable):
             argv += ["--writable-root", str(root)]
         return argv, expected
 
+    def _profile_writable(self) -> list[Path]:
+        """The profile's ``sandbox.filesystem.read_write`` entries, as host paths."""
+        out = []
+        for item in self._profile.read_write:
+            path = Path(item).expanduser()
+            out.append(path if path.is_absolute() else self.workspace / path)
+        return out
+
     @property
     def server_languages(self) -> tuple[str, ...]:
         """The languages the server offers: ``languages`` minus SQL when it is withheld."""
@@ -311,8 +329,19 @@ class AsyncConsole(NotCopyable):
             self._abort_if_closed()
             base = self.recordings_base
             base.mkdir(parents=True, exist_ok=True)
-            supervision = await anyio.to_thread.run_sync(
+            await anyio.to_thread.run_sync(
                 lambda: self._confined.prepare(owner=str(self.owner), profile=self._profile.name, recording_base=base)
+            )
+            supervision = await anyio.to_thread.run_sync(
+                lambda: self._confined.supervision(
+                    recording_base=base,
+                    python=python,
+                    binary=binary.path,
+                    languages=self.languages,
+                    workspace_writable=self._profile.base == "workspace",
+                    writable_roots=[*self._roots, *self._profile_writable()],
+                    read_roots=self._read_roots,
+                )
             )
             argv, self._expected = self._serve_args(binary, python)
             self._tmpdir = self._confined.tmpdir
@@ -320,7 +349,12 @@ class AsyncConsole(NotCopyable):
                 base_environment()
                 | self._env
                 | self._outcome_env()
-                | {"TMPDIR": str(self._tmpdir), "MCP_CONSOLE_HOME": str(base)}
+                | {
+                    "TMPDIR": str(self._tmpdir),
+                    "MCP_CONSOLE_HOME": str(base),
+                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),
+                    "XDG_CACHE_HOME": str(self._confined.cache_dir),
+                }
             )
             config = {
                 "mcpServers": {
@@ -523,6 +557,8 @@ class AsyncConsole(NotCopyable):
             session_id=self._confined.entry.id if self._confined.entry else None,
             supervisor_pid=self._confined.entry.supervisor_pid if self._confined.entry else None,
             deny_read=tuple(self._confined.deny),
+            view=self._confined.view.describe() if self._confined.view is not None else [],
+            host=self._confined.confinement.host.name if self._confined.confinement is not None else None,
         )
 
     # ------------------------------------------------------------ hand-over
@@ -640,19 +676,19 @@ class AsyncConsole(NotCopyable):
         self._confined.note_recording(recording.path)
 
     @property
-    def limit_check(self) -> Callable[[], tuple[str, str] | None] | None:
+    def limit_check(self) -> Callable[[CellFailure | None], tuple[str, str] | None] | None:
         """Hook for the confinement layer: called when a cell ended with a failure or a worker exit;
         returns ``(limit_name, detail)`` when a resource limit stopped it, else None (see ``_observe``)."""
         return self._observer.limit_check
 
     @limit_check.setter
-    def limit_check(self, check: Callable[[], tuple[str, str] | None] | None) -> None:
+    def limit_check(self, check: Callable[[CellFailure | None], tuple[str, str] | None] | None) -> None:
         self._observer.limit_check = check
 
-    def _limit_check(self) -> tuple[str, str] | None:
+    def _limit_check(self, error: CellFailure | None = None) -> tuple[str, str] | None:
         """The confinement layer's answer for a cell that just ended: did a session limit stop it
-        (kernel counters, not text)?"""
-        hit = self._confined.limit_hit()
+        (kernel counters; where only an rlimit holds a limit, the tree's size and the failure's errno)?"""
+        hit = self._confined.limit_hit(error)
         return None if hit is None else (hit, self._confined.limit_message(hit))
 
     async def _restart_worker(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types
@@ -138,6 +139,7 @@ async def open_stdio(
     confinement: Confinement | None = None,
     tmpdir: Path | None = None,
     cleanup: list[Path] | None = None,
+    view: dict[str, Any] | None = None,
 ) -> AsyncIterator[StdioChild]:
     """Start ``command`` under the supervisor and yield a :class:`StdioChild`; on exit stop
     it and every descendant.
@@ -155,13 +157,16 @@ async def open_stdio(
         confinement=confinement,
         tmpdir=tmpdir,
         cleanup=cleanup,
+        view=view,
     )
+    # systemd-run finds the user manager through these; the supervisor drops them before the server starts.
+    scope_env = confinement.scope_env if confinement is not None else {}
     process = await anyio.open_process(
         argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=dict(env),
+        env=dict(env) | scope_env,
         cwd=cwd,
         start_new_session=True,
     )

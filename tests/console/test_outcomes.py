@@ -231,7 +231,7 @@ def test_corpus_is_big_enough_with_r() -> None:
 
 def test_the_limit_hook_turns_a_failure_into_a_limit(console: Console) -> None:
     session = console._async  # the confinement layer sets the hook on the async console
-    session.limit_check = lambda: ("memory", "the session tree reached its memory limit")
+    session.limit_check = lambda _error: ("memory", "the session tree reached its memory limit")
     try:
         result = console.run(python="raise MemoryError()")
     finally:

@@ -1,0 +1,137 @@
+"""What this host offers for confinement, detected once per process (reads /proc and /sys only).
+
+``HostKind`` is the one place that knows about privileges, user namespaces, cgroup
+versions and delegation, and the systemd user manager; the limit strategies
+(``_mechanisms.py``) and the namespace choice are picked from it, never by ``if root:``
+elsewhere. ``detect_host()`` caches its answer; ``detect_host(refresh=True)`` reads again.
+
+Test hooks (documented, for simulating other hosts): ``CONSOLE_BRIDGE_CGROUP_ROOT``
+replaces ``/sys/fs/cgroup``; ``CONSOLE_BRIDGE_SYSCTL_ROOT`` replaces ``/proc/sys``;
+``CONSOLE_BRIDGE_NO_SYSTEMD=1`` hides the systemd manager; ``CONSOLE_BRIDGE_PLATFORM``
+replaces ``sys.platform``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["HostKind", "detect_host", "userns_problem"]
+
+_CAP_SYS_ADMIN = 21
+
+
+def _sysctl(name: str) -> str | None:
+    root = Path(os.environ.get("CONSOLE_BRIDGE_SYSCTL_ROOT") or "/proc/sys")
+    try:
+        return (root / name).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _has_cap_sys_admin() -> bool:
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def userns_problem() -> str | None:
+    """Why an unprivileged process may not create a user namespace here, with the fix; None if it may."""
+    platform = os.environ.get("CONSOLE_BRIDGE_PLATFORM") or sys.platform
+    if not platform.startswith("linux"):
+        return f"the platform is {platform}, not Linux (console-bridge confines sessions on Linux only)"
+    if _sysctl("kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return (
+            "AppArmor forbids unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1, "
+            "Ubuntu 23.10 and later); allow them with `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` "
+            "(persist it in /etc/sysctl.d/), or run as root"
+        )
+    if _sysctl("kernel/unprivileged_userns_clone") == "0":
+        return (
+            "the kernel forbids unprivileged user namespaces (kernel.unprivileged_userns_clone=0); allow them with "
+            "`sudo sysctl -w kernel.unprivileged_userns_clone=1`"
+        )
+    if _sysctl("user/max_user_namespaces") == "0":
+        return (
+            "user namespaces are disabled (user.max_user_namespaces=0); enable them with "
+            "`sudo sysctl -w user.max_user_namespaces=15000`"
+        )
+    return None
+
+
+def _systemd_manager(uid: int, cgroup_v2: bool) -> str | None:
+    """``"user"`` or ``"system"`` when ``systemd-run --scope`` can place a session in a scope of its own."""
+    if os.environ.get("CONSOLE_BRIDGE_NO_SYSTEMD") or not cgroup_v2 or shutil.which("systemd-run") is None:
+        return None
+    if uid == 0:
+        return "system" if Path("/run/systemd/system").is_dir() else None
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
+    if Path(runtime, "systemd", "private").exists() or Path(runtime, "bus").exists():
+        return "user"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class HostKind:
+    """The confinement facilities of this host, as this process sees them."""
+
+    platform: str
+    uid: int
+    privileged: bool  # CAP_SYS_ADMIN: may mount in a mount namespace of its own
+    userns_problem: str | None  # None: unprivileged user namespaces work (as far as sysctls say)
+    cgroup_v2: bool  # the unified hierarchy is mounted at the cgroup root
+    systemd: str | None  # "user" | "system" | None
+
+    @property
+    def linux(self) -> bool:
+        return self.platform.startswith("linux")
+
+    @property
+    def user_namespace(self) -> bool:
+        """Sessions build their view inside a user namespace (an unprivileged process)."""
+        return not self.privileged
+
+    @property
+    def namespace_problem(self) -> str | None:
+        """Why no session view can be built here (None: it can)."""
+        if not self.linux:
+            return userns_problem()
+        if self.privileged:
+            return None
+        return self.userns_problem
+
+    @property
+    def name(self) -> str:
+        who = "root" if self.uid == 0 else "non-root"
+        tree = "cgroup v2" if self.cgroup_v2 else "cgroup v1"
+        extra = f", systemd {self.systemd} manager" if self.systemd else ""
+        return f"{who} on {tree}{extra}"
+
+
+_CACHED: HostKind | None = None
+
+
+def detect_host(refresh: bool = False) -> HostKind:
+    global _CACHED
+    if _CACHED is not None and not refresh:
+        return _CACHED
+    platform = os.environ.get("CONSOLE_BRIDGE_PLATFORM") or sys.platform
+    root = Path(os.environ.get("CONSOLE_BRIDGE_CGROUP_ROOT") or "/sys/fs/cgroup")
+    cgroup_v2 = (root / "cgroup.controllers").is_file()
+    uid = os.geteuid() if hasattr(os, "geteuid") else -1
+    _CACHED = HostKind(
+        platform=platform,
+        uid=uid,
+        privileged=platform.startswith("linux") and _has_cap_sys_admin(),
+        userns_problem=userns_problem(),
+        cgroup_v2=cgroup_v2,
+        systemd=_systemd_manager(uid, cgroup_v2) if platform.startswith("linux") else None,
+    )
+    return _CACHED

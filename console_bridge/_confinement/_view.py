@@ -1,0 +1,223 @@
+"""What a session's processes can see of the host: the view, as a mount plan (pure data).
+
+A cell sees the operating system runtime (``/usr``, ``/bin``, ``/sbin``, ``/lib*``,
+``/etc`` without its secrets, ``/opt``), the interpreter environments the session runs
+(the worker venv and its base installation, R's installation and library paths), what
+mcp-console needs (its installation), the workspace, the ``read_roots``, the recording
+folder the server writes (denied to cells by mcp-console's own rules) and its own TMPDIR.
+Nothing else of the host has a name inside: not the home folder outside those paths,
+``/root``, ``/home/*``, ``/tmp``, ``/var/tmp``, the host's ``/dev/shm``, ``/mnt``,
+``/media``, ``/srv``, ``/run``, other sessions, console-bridge's state, token files.
+
+The view is built by path when the session starts, so a rename, a recreated folder or a
+file created later under a hidden place stays hidden. Inside ``/etc`` every entry that
+is not readable by everyone (``/etc/shadow``, a root-only ``app-secret.conf``) is masked
+at start, so root's cells do not see them either.
+
+:func:`build_view` turns the session's paths into a :class:`View`; its ``plan()`` is what
+the supervisor applies (``_namespaces.apply_plan``) and its ``contains()`` is what the
+probe uses to pick canaries outside the view. Nothing here mounts or writes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RUNTIME_DIRS", "View", "ViewEntry", "build_view", "etc_secrets"]
+
+#: The operating system runtime every view holds (those that exist; symlinks kept as symlinks).
+RUNTIME_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+#: How deep the /etc scan for entries others may not read goes (it stays cheap: a few ms).
+_ETC_DEPTH = 4
+#: The server's own /tmp inside the view (a folder or two; cells cannot write it).
+_SERVER_TMP = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEntry:
+    """One host path in the view: read-only unless ``writable``; ``why`` says what needs it."""
+
+    path: str
+    why: str
+    writable: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "why": self.why, "writable": self.writable}
+
+
+@dataclass(frozen=True)
+class View:
+    """The paths a session's processes see, and what is masked inside them."""
+
+    root: str
+    entries: tuple[ViewEntry, ...]
+    symlinks: tuple[tuple[str, str], ...] = ()  # (path, target) recreated as in the host
+    masks: tuple[str, ...] = ()
+    tmpdir: str = ""
+    tmpdir_size: int | None = None
+    home: str = ""
+    extra_dirs: tuple[str, ...] = field(default=())
+
+    def contains(self, path: str | os.PathLike[str]) -> bool:
+        """True when ``path`` (absolute, normalised) has a name inside the view."""
+        text = os.path.normpath(os.fspath(path))
+        if any(_inside(text, mask) for mask in self.masks):
+            return False
+        places = [entry.path for entry in self.entries] + ([self.tmpdir] if self.tmpdir else [])
+        places += [link for link, _ in self.symlinks]
+        return any(_inside(text, place) for place in places)
+
+    def plan(self) -> dict[str, Any]:
+        """The steps the supervisor applies, in order (parents before children)."""
+        steps: list[dict[str, Any]] = [{"op": "empty", "path": "/.cb-empty"}]
+        for link, target in self.symlinks:
+            steps.append({"op": "symlink", "path": link, "target": target})
+        # The server's own /tmp (mcp-console makes a folder there); cells see it read-only.
+        steps.append({"op": "tmpfs", "path": "/tmp", "mode": 0o1777, "size": _SERVER_TMP})
+        for entry in sorted(self.entries, key=lambda e: (e.path.count("/"), e.path)):
+            steps.append({"op": "bind", "source": entry.path, "path": entry.path, "writable": entry.writable})
+        for folder in self.extra_dirs:
+            steps.append({"op": "dir", "path": folder})
+        steps.append({"op": "dev"})
+        steps.append({"op": "tmpfs", "path": "/dev/shm", "mode": 0o1777, "size": self.tmpdir_size})
+        steps.append({"op": "proc", "path": "/proc"})
+        if self.tmpdir:
+            steps.append({"op": "tmpfs", "path": self.tmpdir, "mode": 0o700, "size": self.tmpdir_size})
+        for mask in self.masks:
+            steps.append({"op": "mask", "path": mask})
+        return {"root": self.root, "steps": steps}
+
+    def describe(self) -> list[dict[str, Any]]:
+        """What ``status().view`` lists: every host path in the view and why."""
+        out = [entry.as_dict() for entry in sorted(self.entries, key=lambda e: e.path)]
+        if self.tmpdir:
+            out.append({"path": self.tmpdir, "why": "the session's private TMPDIR", "writable": True})
+        return out
+
+
+def _inside(path: str, place: str) -> bool:
+    return path == place or path.startswith(place.rstrip("/") + "/")
+
+
+def etc_secrets(etc: str = "/etc", depth: int = _ETC_DEPTH) -> list[str]:
+    """Entries under ``etc`` that not everyone may read (files) or enter (folders)."""
+    found: list[str] = []
+
+    def walk(folder: str, level: int) -> None:
+        try:
+            items = list(os.scandir(folder))
+        except OSError:
+            return
+        for item in items:
+            try:
+                info = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if info.st_mode & 0o005 != 0o005:
+                    found.append(item.path)
+                elif level < depth:
+                    walk(item.path, level + 1)
+            elif stat.S_ISREG(info.st_mode) and not info.st_mode & 0o004:
+                found.append(item.path)
+
+    walk(etc, 1)
+    return sorted(found)
+
+
+def _norm(path: str | os.PathLike[str]) -> str:
+    return os.path.normpath(os.path.abspath(os.fspath(path)))
+
+
+def build_view(
+    *,
+    root: str | os.PathLike[str],
+    workspace: str | os.PathLike[str],
+    workspace_writable: bool,
+    writable_roots: Sequence[str | os.PathLike[str]] = (),
+    read_roots: Sequence[str | os.PathLike[str]] = (),
+    environments: Iterable[tuple[str | os.PathLike[str], str]] = (),
+    recording_base: str | os.PathLike[str] | None = None,
+    files: Iterable[tuple[str | os.PathLike[str], str]] = (),
+    server_dirs: Iterable[tuple[str | os.PathLike[str], str]] = (),
+    tmpdir: str | os.PathLike[str] | None = None,
+    tmpdir_size: int | None = None,
+    home: str | os.PathLike[str] | None = None,
+    masks: Iterable[str] = (),
+    runtime: Sequence[str] = RUNTIME_DIRS,
+    etc_masks: Sequence[str] | None = None,
+) -> View:
+    """The view of one session (reads the host only to tell folders, files and symlinks apart).
+
+    ``environments`` are (path, why) pairs of interpreter installations (the worker venv, its
+    base, R's folders, mcp-console's installation); ``files`` single files the server or
+    worker must read (the R hook profile). Paths that do not exist are left out.
+    """
+    entries: dict[str, ViewEntry] = {}
+    symlinks: list[tuple[str, str]] = []
+
+    def add(raw: str | os.PathLike[str], why: str, writable: bool = False) -> None:
+        path = _norm(raw)
+        if path == "/" or not os.path.exists(path):
+            return
+        real = os.path.realpath(path)
+        if real != path and os.path.exists(real):  # a path through a symlink: bind where it really is too
+            add(real, why, writable)
+        current = entries.get(path)
+        if current is None or (writable and not current.writable):
+            entries[path] = ViewEntry(path, why, writable)
+
+    for item in runtime:
+        if os.path.islink(item):
+            symlinks.append((item, os.readlink(item)))
+        elif os.path.isdir(item):
+            add(item, "operating system runtime")
+    for path, why in environments:
+        add(path, why)
+    for path, why in files:
+        add(path, why)
+    add(workspace, "workspace", workspace_writable)
+    for path in read_roots:
+        add(path, "read root")
+    for path in writable_roots:
+        add(path, "writable root", True)
+    for path, why in server_dirs:
+        add(path, why, True)
+    if recording_base is not None:
+        add(recording_base, "recordings (the server writes them; cells are denied them)", True)
+    # A path inside another entry with the same mode needs no bind of its own.
+    kept: list[ViewEntry] = []
+    for entry in sorted(entries.values(), key=lambda e: e.path):
+        parent = next((k for k in kept if _inside(entry.path, k.path)), None)
+        if parent is not None and parent.writable == entry.writable:
+            continue
+        kept.append(entry)
+    secrets = list(etc_secrets() if etc_masks is None else etc_masks)
+    all_masks = [m for m in dict.fromkeys([*secrets, *(_norm(m) for m in masks)])]
+    tmp = _norm(tmpdir) if tmpdir is not None else ""
+    home_text = _norm(home) if home is not None else ""
+    extra = (home_text,) if home_text and not any(_inside(home_text, e.path) for e in kept) else ()
+    return View(
+        root=_norm(root),
+        entries=tuple(kept),
+        symlinks=tuple(symlinks),
+        masks=tuple(m for m in all_masks if any(_inside(m, e.path) for e in kept)),
+        tmpdir=tmp,
+        tmpdir_size=tmpdir_size,
+        home=home_text,
+        extra_dirs=extra,
+    )
+
+
+def path_is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
