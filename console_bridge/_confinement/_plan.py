@@ -44,6 +44,8 @@ __all__ = ["SUPERVISOR", "TREE_WIDE", "Confinement", "Supervision", "plan_confin
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 #: Mechanisms that hold a limit for the whole session tree (``enforce="strict"`` accepts only these).
 TREE_WIDE = frozenset({"cgroup2", "cgroup1", "systemd-scope", "tmpfs", "userns-rlimit"})
+#: The smallest memory limit RLIMIT_AS can hold: a worker with R and DuckDB maps ~0.9 GiB at rest.
+MIN_ADDRESS_SPACE = 2 << 30
 _FIX = {
     "memory": "run where a cgroup is available (v2 delegated to this user, a systemd user manager, or a "
     "writable v1 memory hierarchy)",
@@ -178,6 +180,13 @@ def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = No
             reports[name] = LimitReport(value, "systemd-scope", note)
         elif name in groups.by_limit:
             reports[name] = LimitReport(value, groups.version)
+        elif name == "memory" and int(value) < MIN_ADDRESS_SPACE:
+            why = (
+                f"only RLIMIT_AS could hold it here (no cgroup), and a worker maps about 1 GiB of address space "
+                f"before any cell runs, so a cap below {MIN_ADDRESS_SPACE >> 30} GiB would stop the worker itself"
+            )
+            missing[name] = why
+            reports[name] = LimitReport(value, None, why)
         elif name == "memory":
             rlimits["as"] = int(value)
             reports[name] = LimitReport(value, "rlimit", "RLIMIT_AS per process (no cgroup for the whole tree)")

@@ -36,6 +36,10 @@ _LIMIT_TEXT = {
     "memory": "the session's memory limit ({value}); the worker was killed and its state is lost",
     "processes": "the session's process limit ({value} tasks); starting more processes or threads failed",
     "tmpdir": "the TMPDIR size limit ({value}); writing more failed with 'No space left on device'",
+    "memory:rlimit": "the session's memory limit ({value}, RLIMIT_AS per process); an allocation failed, the "
+    "worker lives on and keeps what the cell had made",
+    "processes:userns-rlimit": "the session's process limit ({value} tasks, RLIMIT_NPROC over its user "
+    "namespace); starting more processes or threads failed",
 }
 
 
@@ -317,27 +321,48 @@ class SessionConfinement:
             return "tmpdir"
         if self.confinement.mechanism("processes") == "userns-rlimit":
             limit = self.confinement.reports["processes"].value
-            if isinstance(limit, int) and (self._tree_tasks() >= limit or _fork_refused(error)):
+            # the kernel refuses at `limit` tasks of the namespace; a few may have ended since
+            if isinstance(limit, int) and (self._tree_tasks() >= limit - 8 or _fork_refused(error)):
                 return "processes"
         if self.confinement.mechanism("memory") == "rlimit" and error is not None and _out_of_memory(error):
             return "memory"
         return None
 
     def _tree_tasks(self) -> int:
-        """Tasks (threads included) of the worker's tree: what the cells' RLIMIT_NPROC counts."""
+        """Tasks (threads included) in the worker's user namespace: what the cells' RLIMIT_NPROC counts."""
         worker = self._worker
-        if worker is None:
+        if worker is None or self.entry is None or self.entry.supervisor_pid is None:
+            return 0
+        try:
+            namespace = os.readlink(f"/proc/{worker.pid}/ns/user")
+            tree = psutil.Process(self.entry.supervisor_pid).children(recursive=True)
+        except (OSError, psutil.Error):
             return 0
         total = 0
-        with contextlib.suppress(psutil.Error):
-            for proc in [worker, *worker.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
+        for proc in tree:
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.readlink(f"/proc/{proc.pid}/ns/user") == namespace:
                     total += proc.num_threads()
         return total
 
+    def _tree_cpu_seconds(self) -> float:
+        """CPU time the session's processes used so far (where no cgroup counts it)."""
+        if self.entry is None or self.entry.supervisor_pid is None:
+            return 0.0
+        total = 0.0
+        with contextlib.suppress(psutil.Error):
+            for proc in psutil.Process(self.entry.supervisor_pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    times = proc.cpu_times()
+                    total += times.user + times.system
+        return total
+
     def limit_message(self, name: str) -> str:
-        value = self.confinement.reports[name].value if self.confinement is not None else None
-        return _LIMIT_TEXT[name].format(value=_human(value))
+        report = self.confinement.reports[name] if self.confinement is not None else None
+        value = report.value if report is not None else None
+        mechanism = report.enforced_by if report is not None else None
+        text = _LIMIT_TEXT.get(f"{name}:{mechanism}", _LIMIT_TEXT[name])
+        return text.format(value=_human(value))
 
     def _tmpfs_full(self) -> bool:
         if self._tmp_fd is None:  # kept open: checked after every cell (released with the session)
@@ -353,15 +378,23 @@ class SessionConfinement:
     def cpu_busy(self, window: float = 0.3) -> Callable[[], Awaitable[bool]] | None:
         """An async check: did the session tree use more than 20% of a CPU over ``window`` seconds?"""
         groups = self.confinement.cgroups if self.confinement is not None else None
-        if groups is None or groups.cpu_usage_ns() is None:
+        if groups is None:
             return None
+        if groups.cpu_usage_ns() is None:  # no cgroup counts it: add up the tree's processes (psutil)
+
+            def usage() -> float:
+                return self._tree_cpu_seconds()
+        else:
+
+            def usage() -> float:
+                return (groups.cpu_usage_ns() or 0) / 1e9
 
         async def check() -> bool:
             import anyio
 
-            first = groups.cpu_usage_ns() or 0
+            first = await anyio.to_thread.run_sync(usage)
             await anyio.sleep(window)
-            return ((groups.cpu_usage_ns() or 0) - first) / 1e9 > 0.2 * window
+            return await anyio.to_thread.run_sync(usage) - first > 0.2 * window
 
         return check
 

@@ -39,7 +39,7 @@ from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._version import Binary, check_binary, resolve_command
-from console_bridge._console._worker_env import missing_modules
+from console_bridge._console._worker_env import inspect_venv
 from console_bridge._console._workspace import vet_recordings, vet_workspace
 from console_bridge._errors import (
     ApprovalDenied,
@@ -282,11 +282,18 @@ class AsyncConsole(NotCopyable):
         return self.languages
 
     def _check_worker_env(self, python: Path) -> None:
-        """SQL needs duckdb in the worker's Python: without it SQL is withheld with one notice."""
-        if "sql" not in self.languages or "python" not in self.languages:
+        """The worker's Python must have its embedding library (refused otherwise: mcp-console would
+        fail later with a less helpful message); SQL needs duckdb there, else SQL is withheld with
+        one notice."""
+        if "python" not in self.languages:
             return
-        missing = missing_modules(python, ("duckdb",), timeout=self.version_timeout)
-        if missing and "duckdb" in missing:
+        needed = ("duckdb",) if "sql" in self.languages else ()
+        facts = inspect_venv(python, needed, timeout=self.version_timeout)
+        if facts is None:
+            return
+        if facts.embedding_missing:
+            raise LaunchRefused(f"the worker's Python ({python}) cannot run Python cells: {facts.embedding_fix()}")
+        if "duckdb" in facts.missing:
             self._sql_withheld = (
                 f"SQL is withheld: the worker's Python ({python}) cannot import duckdb. Install it there "
                 "(`pip install duckdb`, or the console-bridge[datascience] extra) or pass python= pointing at "

@@ -3,15 +3,41 @@
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["missing_modules", "venv_interpreter"]
+__all__ = ["VenvFacts", "inspect_venv", "missing_modules", "venv_interpreter"]
 
 _FIND = (
-    "import importlib.util, sys\n"
+    "import importlib.util, sys, sysconfig, os\n"
     "missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]\n"
     "print(' '.join(missing))\n"
+    "v = sysconfig.get_config_var\n"
+    "print(os.path.join(v('LIBDIR') or '', v('LDLIBRARY') or '') if v('Py_ENABLE_SHARED') else '')\n"
+    "print('%d.%d' % sys.version_info[:2])\n"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class VenvFacts:
+    """What a worker venv holds: modules it lacks, and the library mcp-console embeds Python from."""
+
+    missing: tuple[str, ...]
+    embedding_library: Path | None  # libpython3.X.so (None: a static build, nothing to check)
+    python_version: str
+
+    @property
+    def embedding_missing(self) -> bool:
+        return self.embedding_library is not None and not self.embedding_library.exists()
+
+    def embedding_fix(self) -> str:
+        """How to install the missing embedding library (Debian and Ubuntu name the package)."""
+        package = f"libpython{self.python_version}-dev"
+        return (
+            f"mcp-console embeds Python from {self.embedding_library}, which is missing; on Debian or Ubuntu install "
+            f"it with `sudo apt-get install {package}`, or pass python= pointing at a venv of a Python built with "
+            "--enable-shared"
+        )
 
 
 def venv_interpreter(prefix: Path) -> Path | None:
@@ -29,6 +55,12 @@ def missing_modules(prefix: Path, modules: tuple[str, ...], *, timeout: float = 
     None when the check itself could not run (no interpreter, timeout): the caller then
     assumes nothing is missing and lets the worker report.
     """
+    facts = inspect_venv(prefix, modules, timeout=timeout)
+    return facts.missing if facts is not None else None
+
+
+def inspect_venv(prefix: Path, modules: tuple[str, ...] = (), *, timeout: float = 10.0) -> VenvFacts | None:
+    """One run of the venv's interpreter: the modules it lacks and its embedding library (None: no answer)."""
     python = venv_interpreter(prefix)
     if python is None:
         return None
@@ -44,4 +76,6 @@ def missing_modules(prefix: Path, modules: tuple[str, ...], *, timeout: float = 
         return None
     if done.returncode != 0:
         return None
-    return tuple(done.stdout.split())
+    lines = [*done.stdout.splitlines(), "", "", ""]
+    library = Path(lines[1].strip()) if lines[1].strip() else None
+    return VenvFacts(tuple(lines[0].split()), library, lines[2].strip())
