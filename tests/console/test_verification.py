@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import stat
 import sys
 import tempfile
@@ -67,13 +68,21 @@ class Fake:
 
 
 def make_fake(tmp_path: Path, mode: str) -> Fake:
-    """A wrapper script that execs the fake with this interpreter, in ``mode``."""
-    folder = tmp_path / f"fake-{mode}"
-    folder.mkdir()
-    fake = Fake(folder / "mcp-console", folder / "methods.log", folder / "info.json", folder / "version-runs")
+    """A wrapper script that execs the fake with this interpreter, in ``mode``.
+
+    A session's server sees only its view of the host: the fake (script and wrapper) lives in
+    a folder of its own, which the view holds read-only as the server's installation, and it
+    writes its logs into the recordings folder (``console_for``'s), which the view holds
+    writable for the server."""
+    folder = tmp_path / "recordings" / f"fake-{mode}"
+    (folder / "server").mkdir(parents=True)
+    script = folder / "server" / FAKE.name
+    shutil.copyfile(FAKE, script)
+    shutil.copytree(FAKE.parents[1] / "data" / "sandbox_descriptions", folder / "data" / "sandbox_descriptions")
+    fake = Fake(folder / "server" / "mcp-console", folder / "methods.log", folder / "info.json", folder / "version-runs")
     settings = {"FAKE_MODE": mode, "FAKE_LOG": fake.log, "FAKE_INFO": fake.info_file, "FAKE_COUNTER": fake.counter}
     lines = ["#!/bin/sh", *(f"export {key}={shlex.quote(str(value))}" for key, value in settings.items())]
-    lines.append(f'exec {shlex.quote(sys.executable)} -I {shlex.quote(str(FAKE))} "$@"')
+    lines.append(f'exec {shlex.quote(sys.executable)} -I {shlex.quote(str(script))} "$@"')
     fake.command.write_text("\n".join(lines) + "\n", encoding="utf-8")
     fake.command.chmod(0o755)
     return fake
@@ -473,7 +482,9 @@ async def test_a_server_that_drops_the_deny_rules_is_a_sandbox_mismatch(
             await console.start()
         message = str(caught.value)
         assert "probe" in message and "before any user cell" in message
-        assert any(".ssh" in path for path in caught.value.details["readable"])
+        # home is outside the view (no name at all); the recordings the server writes are inside it
+        # and only the sandbox denies them: the unsandboxed fake reads that canary
+        assert any("console-bridge-canary" in path for path in caught.value.details["readable"])
         assert fake.methods().count("tools/call") == 1  # the probe, and nothing after it
         assert await wait_dead([fake.info()["pid"]]) == []
         assert private_tmpdirs() == set()
