@@ -208,7 +208,7 @@ def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = No
     if tmpdir is None:
         reports["tmpdir"] = LimitReport(None, None)
     else:
-        reports["tmpdir"] = LimitReport(tmpdir, "tmpfs", "a size-capped tmpfs in the session's view (also /tmp)")
+        reports["tmpdir"] = LimitReport(tmpdir, "tmpfs", "a size-capped tmpfs in the session's view")
     if recording is None:
         reports["recording"] = LimitReport(None, None)
     else:

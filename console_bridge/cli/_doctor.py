@@ -17,11 +17,17 @@ from typing import Any
 import anyio
 import click
 
+from console_bridge._confinement._host import detect_host
+from console_bridge._confinement._limits import Limits
+from console_bridge._confinement._namespaces_check import try_namespaces
+from console_bridge._confinement._plan import TREE_WIDE, plan_confinement
+from console_bridge._confinement._view import build_view
+from console_bridge._console._environments import session_environments
 from console_bridge._console._launch import worker_python
 from console_bridge._console._recordings import Recordings, default_recordings_root
 from console_bridge._console._session import AsyncConsole
 from console_bridge._console._version import QUALIFIED_VERSIONS, Binary, check_binary, resolve_command
-from console_bridge._console._worker_env import missing_modules
+from console_bridge._console._worker_env import inspect_venv, missing_modules
 from console_bridge._errors import BridgeError
 from console_bridge.cli._common import error_text, human_size, table
 
@@ -153,6 +159,97 @@ def _check_packages(prefix: Path | None) -> Check:
         f"{prefix}/bin/pip install 'console-bridge[datascience]' or the packages you need",
         required=False,
         data={"missing": list(missing)},
+    )
+
+
+def _check_embedding(prefix: Path | None) -> Check:
+    """mcp-console embeds Python from the worker's libpython3.X.so (Debian: libpython3.X-dev)."""
+    if prefix is None:
+        return Check("python embedding", "skip", "no worker python")
+    facts = inspect_venv(prefix, timeout=_PROBE_TIMEOUT)
+    if facts is None:
+        return Check("python embedding", "warn", f"could not ask {prefix}'s interpreter", required=False)
+    if facts.embedding_library is None:
+        return Check("python embedding", "ok", "a statically linked Python (nothing to load)")
+    if facts.embedding_missing:
+        return Check("python embedding", "fail", facts.embedding_fix(), data={"library": str(facts.embedding_library)})
+    return Check("python embedding", "ok", f"{facts.embedding_library}", data={"library": str(facts.embedding_library)})
+
+
+def _check_namespaces() -> list[Check]:
+    """Can a session's view be built here: the host's facts, then a real user+mount namespace."""
+    host = detect_host(refresh=True)
+    checks = [Check("host", "info", host.name, required=False, data={"platform": host.platform, "uid": host.uid})]
+    problem = host.namespace_problem
+    if problem is not None:
+        checks.append(Check("namespaces", "fail", problem))
+        return checks
+    kind = "mount namespace (privileged)" if host.privileged else "user + mount namespaces (unprivileged)"
+    error = try_namespaces(host.user_namespace, timeout=_PROBE_TIMEOUT)
+    if error is not None:
+        checks.append(
+            Check(
+                "namespaces",
+                "fail",
+                f"creating a {kind} failed: {error}. A container may need `--security-opt seccomp=unconfined` "
+                "or a profile that allows unshare; a host may need `sysctl kernel.unprivileged_userns_clone=1`",
+            )
+        )
+    else:
+        checks.append(Check("namespaces", "ok", f"{kind}: a session's read view can be built"))
+    return checks
+
+
+def _check_limits() -> list[Check]:
+    """Each default limit and the mechanism that holds it on this host (a dry run of a session's plan)."""
+    host = detect_host()
+    if host.namespace_problem is not None:
+        return [Check("limits", "skip", "no session can start here (see namespaces)")]
+    cgroups = "cgroup v2" if host.cgroup_v2 else "cgroup v1"
+    systemd = f"; systemd {host.systemd} manager (transient scopes)" if host.systemd else "; no systemd manager"
+    checks = [Check("cgroups", "info", cgroups + systemd, required=False)]
+    try:
+        plan = plan_confinement(Limits(enforce="best_effort"), f"doctor-{os.getpid()}", host)
+    except BridgeError as exc:
+        return [*checks, Check("limits", "fail", error_text(exc))]
+    plan.release()
+    for name, report in plan.reports.items():
+        value = report.value
+        if value is None:
+            checks.append(Check(f"limit {name}", "info", "not set by default", required=False))
+            continue
+        shown = human_size(int(value)) if name in ("memory", "tmpdir", "recording") else str(value)
+        if report.enforced_by is None:
+            checks.append(
+                Check(f"limit {name}", "fail", f"{shown}: cannot be enforced here ({report.note})",
+                      data={"value": value, "enforced_by": None})
+            )
+            continue
+        strength = "whole tree" if report.enforced_by in TREE_WIDE else "per process"
+        if name == "recording":
+            strength = "per output file"
+        note = f"; {report.note}" if report.note else ""
+        checks.append(
+            Check(f"limit {name}", "ok", f"{shown} by {report.enforced_by} ({strength}){note}",
+                  data={"value": value, "enforced_by": report.enforced_by})
+        )
+    return checks
+
+
+def _check_view(binary: Binary | None, prefix: Path | None) -> Check:
+    """What a cell of a session started here would see of the host (besides the workspace and TMPDIR)."""
+    if binary is None or prefix is None:
+        return Check("read view", "skip", "needs a qualified mcp-console and a worker python")
+    environments = session_environments(prefix, binary.path, ("python", "sql"))
+    view = build_view(root="/nonexistent", workspace=Path.cwd(), workspace_writable=False, environments=environments)
+    paths = [entry.path for entry in view.entries]
+    return Check(
+        "read view",
+        "ok",
+        f"{', '.join(paths)} (+ the workspace, read roots and TMPDIR); {len(view.masks)} unreadable /etc "
+        "entries masked; nothing else of the host exists for cells",
+        required=False,
+        data={"paths": paths, "masks": list(view.masks)},
     )
 
 
@@ -305,10 +402,13 @@ def _check_configs(cwd: Path) -> list[Check]:
 DOCTOR_HELP = """Check that `console-bridge run` can work here, for real.
 
 \b
-Checks: the mcp-console binary and whether its version is qualified; that a
+Checks: the mcp-console binary and whether its version is qualified; the host
+(user namespaces and the AppArmor setting, cgroup version and delegation, a
+systemd manager) and the mechanism that holds each limit; that a
 verified session starts in a temporary workspace, runs a cell, cannot reach
 127.0.0.1 over TCP and cannot write the workspace; the worker's Python and
-whether duckdb imports there (SQL cells); R (for .R files); the recordings
+whether duckdb imports there (SQL cells) and its embedding library
+(libpython3.X.so); the read view; R (for .R files); the recordings
 folder; a project config in the current folder (refused by `run`) and a global
 mcp-console config (ignored). Exits 1 when a required check fails.
 
@@ -352,8 +452,12 @@ def doctor_command(
     python_check, prefix = _check_python(python)
     checks = [
         binary_check,
+        *_check_namespaces(),
+        *_check_limits(),
         _check_sandbox(binary, prefix, timeout),
         python_check,
+        _check_embedding(prefix),
+        _check_view(binary, prefix),
         _check_duckdb(prefix),
         _check_packages(prefix),
         _check_r(),

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import click
 
+from console_bridge._confinement._limits import Limits
 from console_bridge._console._recordings import Recordings
 from console_bridge._console._sandbox import SandboxPolicy
 from console_bridge._console._session import AsyncConsole
@@ -26,6 +27,7 @@ from console_bridge._results import CellResult, Image
 from console_bridge.cli import _artifacts as artifacts
 from console_bridge.cli._common import PREFIX, ExitCode, error_text, exit_code_for, fail, human_size, iso
 from console_bridge.cli._detect import chunk_output, code_error, language_for
+from console_bridge.cli._limit_options import limit_options, limits_from_options
 from console_bridge.cli._output import CellOutput, escape_controls
 
 __all__ = ["run_command"]
@@ -227,6 +229,8 @@ class Options:
     keep_recordings: int | None = 50
     project_config: bool = False
     startup_timeout: float = 60.0
+    limits: Limits | None = None
+    read_roots: tuple[str, ...] = ()
 
 
 @dataclass
@@ -336,6 +340,8 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
             startup_timeout=opts.startup_timeout,
             recordings_dir=opts.recordings_dir,
             project_config=opts.project_config,
+            limits=opts.limits,
+            read_roots=opts.read_roots,
         )
         state.console = console
         try:
@@ -773,8 +779,13 @@ RETENTION = _Retention()
     metavar="PATH",
     help="The mcp-console binary (default: $CONSOLE_BRIDGE_MCP_CONSOLE, else beside this Python, else PATH).",
 )
+@limit_options
 @click.pass_context
 def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | None, **options: Any) -> None:
+    try:
+        limits = limits_from_options(options["profile"], options)
+    except BridgeError as exc:
+        raise click.BadParameter(exc.message, param_hint="--profile/limits") from None
     opts = Options(
         workspace=options["workspace"],
         profile=options["profile"],
@@ -792,5 +803,7 @@ def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | N
         keep_recordings=options["keep_recordings"],
         project_config=options["project_config"],
         startup_timeout=options["startup_timeout"],
+        limits=limits,
+        read_roots=tuple(options["read_roots"]),
     )
     ctx.exit(execute(opts, files, language.lower() if language else None))
