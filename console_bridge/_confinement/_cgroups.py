@@ -22,7 +22,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CGROUP_PREFIX", "SessionCgroups", "create_session_cgroups", "remove_group", "stale_groups"]
+__all__ = [
+    "CGROUP_PREFIX",
+    "SessionCgroups",
+    "create_session_cgroups",
+    "remove_group",
+    "scope_group",
+    "stale_groups",
+]
 
 CGROUP_PREFIX = "console-bridge-"
 #: Tasks the server and its sandbox helpers may use beyond a session's process limit (v1).
@@ -89,6 +96,7 @@ class SessionCgroups:
     by_limit: dict[str, Path] = field(default_factory=dict)  # "memory" | "processes" | "cpu" -> group
     errors: dict[str, str] = field(default_factory=dict)  # limit -> why it has no group
     cells: Path | None = None  # v1: the nested pids group the worker is moved into (see move_worker)
+    owned: bool = True  # False: a systemd scope's group (systemd removes it; only its counters are read)
     _fds: dict[Path, int] = field(default_factory=dict)
 
     def counters(self) -> dict[str, int]:
@@ -154,6 +162,19 @@ class SessionCgroups:
                 if (path / "cpuacct.usage").exists():
                     return int((path / "cpuacct.usage").read_text(encoding="ascii"))
         return None
+
+
+def scope_group(pid: int) -> Path | None:
+    """The cgroup v2 group of ``pid`` (the supervisor, in its systemd scope), or None."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text(encoding="ascii")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("0::"):
+            group = _mount_root() / line[3:].strip().lstrip("/")
+            return group if (group / "cgroup.procs").exists() else None
+    return None
 
 
 def _read_key(path: Path, key: str) -> int:

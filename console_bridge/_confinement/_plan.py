@@ -34,6 +34,7 @@ from console_bridge._confinement._cgroups import (
     SessionCgroups,
     create_session_cgroups,
     remove_group,
+    scope_group,
 )
 from console_bridge._confinement._host import HostKind, detect_host
 from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits
@@ -75,8 +76,20 @@ class Confinement:
     def release(self) -> None:
         """Remove the groups (when the supervisor never ran to remove them itself)."""
         self.cgroups.close_files()
-        for group in self.cgroups.paths:
-            remove_group(group)
+        if self.cgroups.owned:
+            for group in self.cgroups.paths:
+                remove_group(group)
+
+    def adopt_scope(self, supervisor_pid: int) -> bool:
+        """Once the supervisor runs in its systemd scope: read the limits' counters from the scope's group."""
+        if self.scope is None:
+            return False
+        group = scope_group(supervisor_pid)
+        if group is None:
+            return False
+        held = {name: group for name in ("memory", "processes", "cpu") if self.reports[name].enforced_by}
+        self.cgroups = SessionCgroups(version="cgroup2", paths=[group], by_limit=held, owned=False)
+        return True
 
     def mechanism(self, name: str) -> str | None:
         return self.reports[name].enforced_by

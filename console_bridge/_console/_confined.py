@@ -165,6 +165,9 @@ class SessionConfinement:
             return
         self.entry.supervisor_pid = supervisor_pid
         self.entry.server_pid = server_pid
+        if self.confinement is not None:
+            # (the scope's group is systemd's: not listed for the sweep, systemd removes it)
+            self.confinement.adopt_scope(supervisor_pid)
         with contextlib.suppress(psutil.Error):
             self.entry.supervisor_started = psutil.Process(supervisor_pid).create_time()
         self.entry.recording_base = str(recording_base)

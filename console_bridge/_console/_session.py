@@ -43,6 +43,7 @@ from console_bridge._console._worker_env import inspect_venv
 from console_bridge._console._workspace import vet_recordings, vet_workspace
 from console_bridge._errors import (
     ApprovalDenied,
+    BridgeError,
     Busy,
     CallTimeout,
     CellTimeout,
@@ -386,7 +387,10 @@ class AsyncConsole(NotCopyable):
                 shutdown_grace=self.shutdown_grace,
                 supervision=supervision,
             )
-            await self._conn.connect()
+            try:
+                await self._conn.connect()
+            except ConnectionClosed as exc:
+                raise self._confinement_refusal(exc) from None
             self._confined.attach(self._conn.supervisor_pid or 0, base, server_pid=self._conn.pid)
             # The hooks write under the TMPDIR as the session's processes see it (a tmpfs of its own).
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
@@ -399,6 +403,23 @@ class AsyncConsole(NotCopyable):
                 await self._teardown(cancel=True)
             raise
         self._state = "ready"
+
+    def _confinement_refusal(self, exc: ConnectionClosed) -> BridgeError:
+        """A server that died before it answered because its confinement could not be set up
+        (the view, the namespaces, the systemd scope) is a refusal, not a crash."""
+        tail = exc.stderr_tail or ""
+        lines = [line for line in tail.splitlines() if line.startswith("console-bridge supervisor:")]
+        scope = self._confined.confinement.scope if self._confined.confinement is not None else None
+        if not lines and scope is not None and "Failed to" in tail:
+            lines = [f"systemd-run could not start the session's scope: {tail.strip().splitlines()[-1]}"]
+        if not lines:
+            return exc
+        return LaunchRefused(
+            f"the session's confinement could not be set up: {lines[-1]}. Nothing ran; `console-bridge doctor` "
+            "checks namespaces, cgroups and the systemd manager on this host.",
+            server=SERVER,
+            details={"stderr_tail": tail[-2000:]},
+        )
 
     def _abort_if_closed(self) -> None:
         """``close()``/``cancel()`` ran while ``start()`` awaited: launch nothing more."""
