@@ -32,6 +32,7 @@ from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
 from console_bridge.cli._common import PREFIX, ByteSize, ExitCode, error_text, exit_code_for, fail
+from console_bridge.cli._output import host_line
 from console_bridge.cli._serve_http import LOOPBACK_HOSTS, Gate, GateOptions, make_sdk
 from console_bridge.cli._serve_mcp import ServeOptions, build_server, instructions_for
 from console_bridge.cli._serve_stdio import pipes_on_stdio, stdio_pipes
@@ -57,7 +58,7 @@ class ServeConfig:
 
 
 def _info(message: str) -> None:
-    click.echo(f"{PREFIX}: {message}", err=True)
+    click.echo(f"{PREFIX}: {host_line(message)}", err=True)
 
 
 # ------------------------------------------------------------------ stdio
