@@ -45,6 +45,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -66,6 +67,7 @@ from console_bridge import (
     ServerError,
     SessionManager,
 )
+from console_bridge._hygiene import CellOutput, host_line
 from console_bridge._jupyter._options import (
     OptionsError,
     SessionSpec,
@@ -112,12 +114,12 @@ def _status_text(status: ConsoleStatus) -> str:
     return "\n".join(
         [
             f"console-bridge session: {status.state}",
-            f"  server      mcp-console {status.version or '?'}, pid {status.pid}",
-            f"  workspace   {status.workspace}",
-            f"  profile     {status.profile}",
-            f"  sandbox     {sandbox_text}",
-            f"  languages   {', '.join(status.languages)}; poll window {status.poll_window:g} s",
-            f"  recording   {status.recording or 'none yet'}",
+            f"  server      mcp-console {host_line(status.version or '?')}, pid {status.pid}",
+            f"  workspace   {host_line(str(status.workspace))}",
+            f"  profile     {host_line(status.profile)}",
+            f"  sandbox     {host_line(sandbox_text)}",
+            f"  languages   {host_line(', '.join(status.languages))}; poll window {status.poll_window:g} s",
+            f"  recording   {host_line(str(status.recording or 'none yet'))}",
         ]
     )
 
@@ -210,9 +212,9 @@ class ConsoleMagics:
                 else (failure.name if failure else "the cell failed")
             )
             text = f"CellError: the {options.language} cell failed with {what} (its output above shows where)"
-            raise _one_line(exc, text) from None
+            raise _one_line(exc, host_line(text)) from None
         except BridgeError as exc:
-            raise _one_line(exc, f"{type(exc).__name__}: {exc.message}") from None
+            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
 
     def console_status(self, line: str) -> None:
         """Print the session's state: server version and pid, workspace, profile, sandbox, recording."""
@@ -233,7 +235,7 @@ class ConsoleMagics:
             old.close()
             self.console = self.manager.open(owner=_OWNER)
         except BridgeError as exc:
-            raise _one_line(exc, f"{type(exc).__name__}: {exc.message}") from None
+            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
         sys.stdout.write(
             f"console-bridge: a fresh session (pid {self.console.pid}) replaced the old one; "
             "its in-memory state is gone\n"
@@ -280,7 +282,8 @@ class ConsoleMagics:
                 why = "the session was closed (it stopped or failed)"
             else:
                 why = describe_change(self.spec, spec) or "the session changes"
-            sys.stderr.write(f"{_PREFIX}{why}: closing the session (its state is lost) and opening a new one\n")
+            notice = f"{why}: closing the session (its state is lost) and opening a new one"
+            sys.stderr.write(f"{_PREFIX}{host_line(notice)}\n")
             if manager is self.manager:
                 with contextlib.suppress(Exception):
                     current.close()
@@ -297,22 +300,29 @@ class ConsoleMagics:
             raise
         self.manager, self.console, self.spec = manager, console, spec
         status = console.status()
-        sys.stderr.write(
-            f"{_PREFIX}opened a {status.profile!r} session on {status.workspace} "
-            f"(mcp-console {status.version}, pid {status.pid})\n"
+        opened = (
+            f"opened a {status.profile!r} session on {status.workspace} "
+            f"(mcp-console {status.version}, pid {status.pid})"
         )
+        sys.stderr.write(f"{_PREFIX}{host_line(opened)}\n")
         return console
 
     def _run(self, console: Console, language: str, code: str, timeout: float | None) -> None:
-        out: TextIO = sys.stdout  # the cell's stream; chunks arrive on the console's loop thread
+        stream: TextIO = sys.stdout  # the cell's stream; chunks arrive on the console's loop thread
+        hygiene = CellOutput(raw=False, environ=os.environ)  # shown, never obeyed (as `console-bridge run`)
         shown: list[str] = []
         images: list[Image] = []
+
+        def write(text: str) -> None:
+            inert = hygiene.feed(text)
+            if inert:
+                stream.write(hygiene.opening() + inert)
+                stream.flush()
 
         def on_output(chunk: CellResult) -> None:
             text = chunk.text
             if text:
-                out.write(text)
-                out.flush()
+                write(text)
                 shown.append(text)
             images.extend(chunk.images)
 
@@ -321,12 +331,17 @@ class ConsoleMagics:
         except CellTimeout as exc:
             seen = "".join(shown)
             if exc.result is not None and exc.result.text.startswith(seen):
-                out.write(exc.result.text[len(seen) :])
+                write(exc.result.text[len(seen) :])
             raise
         except KeyboardInterrupt as exc:
-            self._settle(console, out.write)
+            self._settle(console, write)
             raise _one_line(exc, _INTERRUPTED) from None
         finally:
+            rest = hygiene.flush()
+            if rest:
+                stream.write(hygiene.opening() + rest)
+            stream.write(hygiene.closing())
+            stream.flush()
             for image in images:
                 self.shell.display_pub.publish(data=_image_bundle(image))
 

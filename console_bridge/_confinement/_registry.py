@@ -15,6 +15,17 @@ environment.
 
 A session whose supervisor and host are both gone is *stale*: :func:`sweep` kills
 anything left in its cgroups, removes them and its folder.
+
+The registry proves an entry before anything acts on it (:func:`verify`), because any
+process of the user can write a ``session.json``: the folder is a real folder (no symlink)
+directly under the sessions root, owned by this user and named by the entry's id; the
+entry's ``folder`` is that folder; every cgroup listed is the session's own
+``console-bridge-<id>`` group (or its ``cells`` child) directly beneath one of this
+process's own cgroups; and a live ``supervisor_pid`` is a process of this user that started
+when the entry says and whose command line is ``python -I -S .../_confinement/_supervisor.py
+CONFIG`` with the session's id in CONFIG. An entry that fails any of these is *refused*:
+``kill``, ``ps`` and the sweep report it and leave it, its folder, its processes and its
+groups alone.
 """
 
 from __future__ import annotations
@@ -22,25 +33,49 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 import psutil
 
-from console_bridge._confinement._cgroups import remove_group, stale_groups
+from console_bridge._confinement._cgroups import (
+    _V1,
+    CGROUP_PREFIX,
+    _mount_root,
+    _own_groups,
+    remove_group,
+    stale_groups,
+)
 
-__all__ = ["SessionEntry", "entries", "find_entry", "new_session_id", "register", "sessions_root", "sweep"]
+__all__ = [
+    "SessionEntry",
+    "SweepReport",
+    "Verdict",
+    "entries",
+    "find_entry",
+    "new_session_id",
+    "register",
+    "sessions_root",
+    "sweep",
+    "sweep_report",
+    "verify",
+]
 
 _ENV = "CONSOLE_BRIDGE_STATE_DIR"
 _ENTRY = "session.json"
+_ID = re.compile(r"\d{8}T\d{6}-[0-9a-f]{8}")
+_SUPERVISOR_SCRIPT = ("_confinement", "_supervisor.py")
+_START_SLACK = 0.05  # seconds: psutil's create_time is rounded to the clock tick
 
 
 def state_dir() -> Path:
@@ -138,11 +173,13 @@ class SessionEntry:
         os.replace(temp, target)
 
     def signal_supervisor(self, sig: signal.Signals) -> bool:
-        if self.supervisor_pid is None or not _same_process(self.supervisor_pid, self.supervisor_started):
+        """Send ``sig`` to the supervisor, only when it is proven to be this session's (see :func:`verify`)."""
+        process = _supervisor_process(self)
+        if isinstance(process, str) or process is None:
             return False
         try:
-            os.kill(self.supervisor_pid, sig)
-        except OSError:
+            process.send_signal(sig)  # psutil checks the pid still names that process (no reuse)
+        except psutil.Error:
             return False
         return True
 
@@ -183,6 +220,147 @@ def _load(folder: Path) -> SessionEntry | None:
         return None
 
 
+# ---------------------------------------------------------------- proofs
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`verify` concluded about one folder under the sessions root.
+
+    ``live``: the supervisor is proven to be this session's; ``starting``: no supervisor yet and
+    the host runs; ``stale``: supervisor and host are gone (the sweep may clean up); ``orphan``:
+    a folder of ours without a readable entry; ``refused``: not provably ours, left alone.
+    """
+
+    folder: Path
+    state: Literal["live", "starting", "stale", "orphan", "refused"]
+    entry: SessionEntry | None = None
+    reason: str = ""
+
+
+def _folder_problem(folder: Path, root: Path) -> str | None:
+    try:
+        info = os.lstat(folder)
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder"
+    if info.st_uid != os.geteuid():
+        return f"belongs to uid {info.st_uid}, not to this user ({os.geteuid()})"
+    if folder.parent != root:
+        return f"is not directly under the sessions folder {str(root)!r}"
+    if not _ID.fullmatch(folder.name):
+        return "is not named like a session id"
+    return None
+
+
+def own_cgroup_bases() -> set[Path]:
+    """The cgroups this process belongs to, in every hierarchy: the only places session groups may be."""
+    root, bases = _mount_root(), set()
+    for controller, path in _own_groups().items():
+        if controller in (*_V1, "cpuacct"):
+            bases.add(root / controller / path.lstrip("/"))
+        elif controller == "":
+            bases.update({root / path.lstrip("/"), root / "unified" / path.lstrip("/")})
+    return bases
+
+
+def cgroup_problem(group: str, session_id: str, bases: set[Path]) -> str | None:
+    """Why ``group`` is not the session's own group beneath one of ``bases`` (None when it is)."""
+    path = Path(group)
+    if not path.is_absolute() or any(part in ("..", ".") for part in path.parts) or os.path.normpath(group) != group:
+        return f"cgroup {group!r} is not a plain absolute path"
+    own = CGROUP_PREFIX + session_id
+    if path.name == "cells":
+        path = path.parent
+    if path.name != own or path.parent not in bases:
+        return f"cgroup {group!r} is not {own!r} beneath this process's own cgroups"
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            return f"cgroup {group!r} is a symlink"
+    return None
+
+
+def _entry_problem(entry: SessionEntry, folder: Path, bases: set[Path]) -> str | None:
+    if entry.id != folder.name:
+        return f"its entry names session {entry.id!r}, not the folder's {folder.name!r}"
+    if os.path.realpath(entry.folder) != os.path.realpath(folder):  # only `folder` is ever acted on
+        return f"its entry names the folder {entry.folder!r}, not {str(folder)!r}"
+    for group in entry.cgroups:
+        why = cgroup_problem(str(group), entry.id, bases)
+        if why is not None:
+            return why
+    return None
+
+
+def _supervisor_process(entry: SessionEntry) -> psutil.Process | str | None:
+    """The entry's supervisor when it runs and is proven this session's; a reason when the pid
+    runs but is not; None when no process of that pid and start time runs (it ended)."""
+    pid = entry.supervisor_pid
+    if not pid:
+        return None
+    try:
+        process = psutil.Process(pid)
+        started = process.create_time()
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if entry.supervisor_started is not None and abs(started - entry.supervisor_started) >= _START_SLACK:
+            return None  # the pid was reused: the supervisor ended
+        uid = process.uids().real
+        cmdline = process.cmdline()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error as exc:
+        return f"its supervisor pid {pid} cannot be examined ({exc})"
+    if entry.supervisor_started is None:
+        return f"pid {pid} runs but the entry records no start time to prove it is the supervisor"
+    if uid != os.getuid():
+        return f"pid {pid} belongs to uid {uid}, not to this user"
+    script = Path(cmdline[3]) if len(cmdline) >= 5 else None
+    if (
+        script is None
+        or cmdline[1:3] != ["-I", "-S"]
+        or script.parts[-2:] != _SUPERVISOR_SCRIPT
+        or entry.id not in cmdline[-1]
+    ):
+        shown = " ".join(cmdline)[:200]
+        return f"pid {pid} is not the console-bridge supervisor of session {entry.id} (it runs {shown!r})"
+    return process
+
+
+def verify(folder: Path, root: Path | None = None, *, bases: set[Path] | None = None) -> Verdict:
+    """Prove what ``folder`` (a child of the sessions root) is, before anything acts on it."""
+    root = root if root is not None else sessions_root()
+    why = _folder_problem(folder, root)
+    if why is not None:
+        return Verdict(folder, "refused", reason=f"the folder {why}")
+    entry = _load(folder)
+    if entry is None:
+        return Verdict(folder, "orphan")
+    why = _entry_problem(entry, folder, bases if bases is not None else own_cgroup_bases())
+    if why is not None:
+        return Verdict(folder, "refused", entry, why)
+    if entry.supervisor_pid:
+        process = _supervisor_process(entry)
+        if isinstance(process, str):
+            return Verdict(folder, "refused", entry, process)
+        return Verdict(folder, "live" if process is not None else "stale", entry)
+    if entry.host_started is not None and _same_process(entry.host_pid, entry.host_started):
+        return Verdict(folder, "starting", entry)
+    return Verdict(folder, "stale", entry)
+
+
+def verdicts(root: Path | None = None) -> list[Verdict]:
+    """:func:`verify` for every folder under the sessions root."""
+    root = root if root is not None else sessions_root()
+    bases = own_cgroup_bases()
+    found: list[Verdict] = []
+    with contextlib.suppress(OSError):
+        for folder in sorted(root.iterdir()):
+            found.append(verify(folder, root, bases=bases))
+    return found
+
+
 def entries(root: Path | None = None) -> Iterator[SessionEntry | Path]:
     """Each session folder's entry (or the folder, when it has no readable entry)."""
     root = root if root is not None else sessions_root()
@@ -193,9 +371,10 @@ def entries(root: Path | None = None) -> Iterator[SessionEntry | Path]:
 
 
 def find_entry(session_id: str) -> SessionEntry | None:
-    for item in entries():
-        if isinstance(item, SessionEntry) and item.id == session_id:
-            return item
+    """The proven entry (live, starting or stale) of ``session_id``; None for a refused or missing one."""
+    for verdict in verdicts():
+        if verdict.entry is not None and verdict.state != "refused" and verdict.entry.id == session_id:
+            return verdict.entry
     return None
 
 
@@ -204,34 +383,51 @@ def _remove_folder(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def sweep(root: Path | None = None, *, min_age: float = 10.0) -> list[str]:
-    """Remove what sessions whose supervisor and host died left behind; return their ids.
+@dataclass
+class SweepReport:
+    """What one sweep did: the sessions it cleaned up, and the folders it refused to touch."""
 
-    A folder without a readable entry is removed once it is ``min_age`` seconds old (a
-    session being created writes its entry first thing).
+    swept: list[str] = field(default_factory=list)
+    refused: list[Verdict] = field(default_factory=list)
+
+
+def sweep_report(root: Path | None = None, *, min_age: float = 10.0) -> SweepReport:
+    """Remove what sessions whose supervisor and host died left behind, for proven entries only.
+
+    A folder of ours without a readable entry is removed once it is ``min_age`` seconds old
+    (a session being created writes its entry first thing). A refused entry (:func:`verify`)
+    is reported and left alone: its folder, its processes and its groups.
     """
     root = root if root is not None else sessions_root()
-    swept: list[str] = []
+    report = SweepReport()
     alive: set[str] = set()
-    for item in entries(root):
-        if isinstance(item, SessionEntry):
-            if item.alive():
-                alive.add(item.id)
-                continue
-            for group in item.cgroups:
+    for verdict in verdicts(root):
+        folder, entry = verdict.folder, verdict.entry
+        if verdict.state == "refused":
+            report.refused.append(verdict)
+            alive.add(folder.name)  # its groups are left alone too
+        elif verdict.state in ("live", "starting"):
+            alive.add(folder.name)
+        elif verdict.state == "stale" and entry is not None:
+            for group in entry.cgroups:  # each proven the session's own (verify)
                 remove_group(Path(group))
-            _remove_folder(item.path)
+            _remove_folder(folder)
             with contextlib.suppress(OSError):
-                (r_hooks_dir() / f"{item.id}.Rprofile").unlink()
-            swept.append(item.id)
+                (r_hooks_dir() / f"{entry.id}.Rprofile").unlink()
+            report.swept.append(entry.id)
         else:
             with contextlib.suppress(OSError):
-                if time.time() - item.stat().st_mtime > min_age:
-                    _remove_folder(item)
-                    swept.append(item.name)
+                if time.time() - folder.lstat().st_mtime > min_age:
+                    _remove_folder(folder)
+                    report.swept.append(folder.name)
                 else:
-                    alive.add(item.name)
+                    alive.add(folder.name)
     # Groups with no entry here may belong to sessions of another state folder: remove only empty ones.
     for stale in stale_groups(alive):
         remove_group(stale, kill=False, attempts=1)
-    return swept
+    return report
+
+
+def sweep(root: Path | None = None, *, min_age: float = 10.0) -> list[str]:
+    """:func:`sweep_report`, returning the ids of the sessions it cleaned up."""
+    return sweep_report(root, min_age=min_age).swept

@@ -40,7 +40,7 @@ from console_bridge._console._recordings import Recording, find_recording, write
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._version import Binary, check_binary, resolve_command
 from console_bridge._console._worker_env import inspect_venv
-from console_bridge._console._workspace import vet_recordings, vet_workspace
+from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
 from console_bridge._errors import (
     ApprovalDenied,
     BridgeError,
@@ -163,8 +163,9 @@ class AsyncConsole(NotCopyable):
         if limits is not None and not isinstance(limits, Limits):
             raise LaunchRefused("limits must be a console_bridge.Limits or None (None takes the profile's limits)")
         self.limits = limits if limits is not None else self._profile.limits
+        evidence_paths = tuple(str(item.path) for item in evidence(policy))  # never readable by a cell
         self._confined = SessionConfinement(
-            limits=self.limits, deny_read=self._profile.deny_read, workspace=self.workspace
+            limits=self.limits, deny_read=(*self._profile.deny_read, *evidence_paths), workspace=self.workspace
         )
         arg_roots, self._extra_args = split_args(args)
         self._roots = list(dict.fromkeys([*arg_roots, *(validate_root(r) for r in writable_roots)]))
@@ -201,6 +202,7 @@ class AsyncConsole(NotCopyable):
         self.shutdown_grace = shutdown_grace
         self.recordings_dir = Path(recordings_dir).expanduser().absolute() if recordings_dir is not None else None
         vet_recordings(self.recordings_base, self.workspace, self._profile, self._roots)
+        vet_evidence(evidence(policy), self.workspace, self._profile, self._roots)
         self.owner = owner if owner is not None else Owner("host")
         self.policy = policy if policy is not None else Policy(pin_schemas="on_change")
         check_project_config(self.workspace, project_config)

@@ -5,14 +5,26 @@ or a shared temporary folder itself)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from console_bridge._confinement._registry import state_dir
 from console_bridge._console._launch import validate_root
 from console_bridge._console._profiles import Profile
 from console_bridge._console._sandbox import WORKSPACE
 from console_bridge._errors import LaunchRefused
+from console_bridge._governance._policy import Policy
 
-__all__ = ["inside", "vet_recordings", "vet_workspace", "writable_places"]
+__all__ = [
+    "Evidence",
+    "evidence",
+    "inside",
+    "reachable_places",
+    "vet_evidence",
+    "vet_recordings",
+    "vet_workspace",
+    "writable_places",
+]
 
 HINT = (
     "Run from a folder made for the project, e.g. `mkdir ~/my-analysis && cd ~/my-analysis` "
@@ -67,3 +79,43 @@ def vet_recordings(base: Path, workspace: Path, profile: Profile, roots: Sequenc
             "`console-bridge run` does this for you (it records privately and copies the recording afterwards).",
             details={"recordings_dir": str(base), "profile": profile.name},
         )
+
+
+def reachable_places(workspace: Path, profile: Profile, roots: Sequence[Path]) -> list[Path]:
+    """Where a session's code can write, plus the workspace and roots it can always read (resolved)."""
+    return [*writable_places(workspace, profile, roots), workspace.resolve(), *(Path(r).resolve() for r in roots)]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A host file or folder a session's code must not reach; ``readable``: refused where it can read, too."""
+
+    what: str
+    path: Path
+    readable: bool = True
+
+
+def evidence(policy: Policy | None) -> list[Evidence]:
+    """The registry (state folder; denied to every cell, so refused only where code can write) and the
+    policy's audit log (refused in the workspace and the writable roots, and denied everywhere else)."""
+    found = [Evidence("console-bridge state folder (the session registry)", state_dir(), readable=False)]
+    log = policy.audit_log if policy is not None else None
+    if log is not None:
+        found.append(Evidence("audit log", log.path))
+    return found
+
+
+def vet_evidence(items: Sequence[Evidence], workspace: Path, profile: Profile, roots: Sequence[Path]) -> None:
+    """Refuse evidence (the audit log, the registry, a token file) that lies where the session's code can
+    write it (any profile), or read it (the workspace and the writable roots) when ``readable``."""
+    writable = writable_places(workspace, profile, roots)
+    reachable = reachable_places(workspace, profile, roots)
+    for item in items:
+        if inside(item.path, reachable if item.readable else writable):
+            where = "read it and, under a writable profile, rewrite it" if item.readable else "rewrite it"
+            raise LaunchRefused(
+                f"the {item.what} {str(item.path)!r} lies inside the workspace or a writable root, where the "
+                f"session's code can {where}. Put it in a folder outside the workspace and the writable roots "
+                "(e.g. under ~/.local/state); nothing was started.",
+                details={"evidence": item.what, "path": str(item.path), "profile": profile.name},
+            )

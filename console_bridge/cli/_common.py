@@ -20,6 +20,7 @@ from console_bridge._errors import (
     LaunchRefused,
     VerificationFailed,
 )
+from console_bridge.cli._output import host_line
 
 __all__ = [
     "PREFIX",
@@ -71,7 +72,7 @@ def error_text(exc: BaseException, *, debug: bool = False) -> str:
 
 def fail(message: str, code: int = ExitCode.CODE_ERROR) -> NoReturn:
     """Print ``console-bridge: MESSAGE`` on stderr and exit with ``code``."""
-    click.echo(f"{PREFIX}: {message}", err=True)
+    click.echo(f"{PREFIX}: {host_line(message)}", err=True)
     raise click.exceptions.Exit(int(code))
 
 

@@ -15,6 +15,7 @@ from console_bridge._console._recordings import Recording, Recordings, default_r
 from console_bridge._errors import BridgeError
 from console_bridge._hostfs import read_file, walk_tree
 from console_bridge.cli._common import ByteSize, Duration, error_text, fail, human_size, iso, table
+from console_bridge.cli._output import CellOutput
 
 __all__ = ["recordings_group"]
 
@@ -193,7 +194,12 @@ def show_recording(ctx: click.Context, run_id: str, root: Path | None, transcrip
             text = read_file(rec.path, rec.transcript.name, _TRANSCRIPT_CAP).decode("utf-8", errors="replace")
         except (BridgeError, OSError) as exc:
             fail(f"cannot show the transcript of {rec.run_id}: {_message(exc)}")
-        click.echo("\n" + text, nl=False)
+        # The transcript is the cells' text: shown as `run` shows their output, never obeyed.
+        shown = CellOutput(raw=False, environ=os.environ)
+        body = shown.feed(text) + shown.flush()
+        if body and not body.endswith("\n"):
+            body += "\n"
+        click.echo("\n" + shown.opening() + body + shown.closing(), nl=False)
 
 
 @recordings_group.command(

@@ -28,7 +28,7 @@ from console_bridge.cli import _artifacts as artifacts
 from console_bridge.cli._common import PREFIX, ExitCode, error_text, exit_code_for, fail, human_size, iso
 from console_bridge.cli._detect import chunk_output, code_error, language_for
 from console_bridge.cli._limit_options import limit_options, limits_from_options
-from console_bridge.cli._output import CellOutput, escape_controls
+from console_bridge.cli._output import CellOutput, host_block, host_line
 
 __all__ = ["run_command"]
 
@@ -165,7 +165,7 @@ class Terminal:
         if not self.decorate or self._label is None or (self._midline and self._stdout_tty):
             return
         elapsed = time.monotonic() - self._since
-        line = f"[{PREFIX}] {self._label} {elapsed:.1f}s"
+        line = f"[{PREFIX}] {host_line(self._label)} {elapsed:.1f}s"
         width = max(20, shutil.get_terminal_size((80, 24)).columns - 1)
         line = line[:width]
         pad = " " * max(0, self._shown - len(line))
@@ -177,18 +177,16 @@ class Terminal:
             self._stderr("\r" + " " * self._shown + "\r")
             self._shown = 0
 
-    # messages
+    # messages: the host's own lines, inert whatever text of the cell they carry (even with --raw)
     def info(self, message: str) -> None:
         if not self.quiet:
             self.clear()
-            self._stderr(f"[{PREFIX}] {self._inert(message)}\n")
+            self._stderr(f"[{PREFIX}] {host_line(message)}\n")
 
-    def error(self, message: str) -> None:
+    def error(self, message: str, *, multiline: bool = False) -> None:
+        """``console-bridge: MESSAGE`` as one line; ``multiline`` (--debug) keeps its lines, each prefixed."""
         self.clear()
-        self._stderr(f"{PREFIX}: {self._inert(message)}\n")
-
-    def _inert(self, message: str) -> str:
-        return message if self.cell_output.raw else escape_controls(message)
+        self._stderr(host_block(message, f"{PREFIX}: ") if multiline else f"{PREFIX}: {host_line(message)}\n")
 
     def _stderr(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -576,10 +574,9 @@ def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
             sys.stdout.write(json.dumps(document, indent=2).replace("\x7f", "\\u007f") + "\n")
             sys.stdout.flush()
     if opts.debug and state.debug_trace:
-        term.clear()
-        sys.stderr.write(state.debug_trace)
+        term.error(state.debug_trace, multiline=True)
     if state.error is not None:
-        term.error(state.error)
+        term.error(state.error, multiline=opts.debug)
     duration = (state.ended_at - state.started_at).total_seconds()
     done = sum(1 for run in state.files if run.status == "ok")
     parts = [f"{done}/{len(state.files)} file{'s' if len(state.files) != 1 else ''} ok in {duration:.1f}s"]
@@ -610,8 +607,11 @@ newline and tab, and bidi controls, are escaped visibly (\\x07, \\u202e); a
 line imitating this command's own status lines gets "[cell] " in front;
 under GitHub Actions (GITHUB_ACTIONS=true) the output is fenced with
 ::stop-commands::TOKEN so workflow commands in it are inert; under Azure
-Pipelines (TF_BUILD=True) ##vso[ and ##[ are escaped. --raw turns this off.
-Status lines go to stderr, the code's output to stdout.
+Pipelines (TF_BUILD=True) ##vso[ and ##[ are escaped, under TeamCity
+##teamcity[, under Buildkite a line starting a group (--- , +++ , ~~~ ) is
+tagged. --raw turns this off. Status lines and errors go to stderr, the
+code's output to stdout; they are always one line each after the
+command's own prefix, escaped, so no text of the code in them is obeyed.
 
 \b
 --artifacts and --recordings-dir may lie where the code can write (the

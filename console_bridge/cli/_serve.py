@@ -11,8 +11,10 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import shlex
 import signal
 import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -26,12 +28,14 @@ import click
 from console_bridge._confinement._limits import Limits
 from console_bridge._console._profiles import load_profile
 from console_bridge._console._session import AsyncConsole
+from console_bridge._console._workspace import Evidence, vet_evidence
 from console_bridge._errors import BridgeError
 from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
 from console_bridge.cli._common import PREFIX, ByteSize, ExitCode, error_text, exit_code_for, fail
+from console_bridge.cli._output import host_line
 from console_bridge.cli._serve_http import LOOPBACK_HOSTS, Gate, GateOptions, make_sdk
 from console_bridge.cli._serve_mcp import ServeOptions, build_server, instructions_for
 from console_bridge.cli._serve_stdio import pipes_on_stdio, stdio_pipes
@@ -57,7 +61,7 @@ class ServeConfig:
 
 
 def _info(message: str) -> None:
-    click.echo(f"{PREFIX}: {message}", err=True)
+    click.echo(f"{PREFIX}: {host_line(message)}", err=True)
 
 
 # ------------------------------------------------------------------ stdio
@@ -98,9 +102,43 @@ async def _cancel_on_signals(scope: anyio.CancelScope) -> None:
 
 
 # ------------------------------------------------------------------ HTTP
+def vet_token_file(config: ServeConfig) -> None:
+    """Refuse a --token-file others can read, or one inside the workspace or a writable root (a cell could
+    read it, or rewrite it to a token of its choosing)."""
+    assert config.token_file is not None
+    path = config.token_file.expanduser().absolute()
+    options = config.console_options
+    try:
+        vet_evidence(
+            [Evidence("bearer token file", path)],
+            config.workspace,
+            load_profile(options.get("profile", "read-only")),
+            [Path(root) for root in options.get("writable_roots", ())],
+        )
+    except BridgeError as exc:
+        fail(f"--token-file: {error_text(exc)}", ExitCode.LAUNCH)
+    try:
+        info = path.stat()
+    except OSError as exc:
+        fail(f"cannot read --token-file {str(path)!r}: {exc.strerror or exc}", ExitCode.USAGE)
+    if info.st_uid != os.geteuid():
+        fail(
+            f"--token-file {str(path)!r} belongs to uid {info.st_uid}, not to you: its owner can read and change "
+            "it. Use a token file of your own, mode 0600.",
+            ExitCode.USAGE,
+        )
+    if info.st_mode & 0o077:
+        fail(
+            f"--token-file {str(path)!r} can be read or changed by others (mode {stat.S_IMODE(info.st_mode):04o}); "
+            f"run `chmod 600 {shlex.quote(str(path))}` and start again",
+            ExitCode.USAGE,
+        )
+
+
 @contextlib.contextmanager
 def _token(config: ServeConfig) -> Iterator[str]:
     if config.token_file is not None:
+        vet_token_file(config)
         try:
             token = config.token_file.read_text(encoding="utf-8").strip()
         except OSError as exc:

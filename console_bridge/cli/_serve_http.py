@@ -2,10 +2,14 @@
 
 Every request passes the gate first: the path (``/mcp``), the bearer token (401), the
 ``Origin`` (403, against DNS rebinding) and, for a request that opens an MCP session
-(an ``initialize`` without ``Mcp-Session-Id``), a console claimed from the session
-manager (503 past ``--max-sessions``, 429 past ``--max-per-client``). Nothing is
-started for a refused request. The SDK then serves the MCP session; its id is bound
-to the claimed console, and a ``DELETE`` of the session closes the console.
+(an ``initialize`` without ``Mcp-Session-Id``), its headers and body checked
+(:func:`opening_refusal`: 406 for an ``Accept`` without JSON and SSE, 415 for a body that is
+not ``application/json``, 400 for one that is not a JSON-RPC ``initialize``, however
+malformed: bad UTF-8, nesting 10^5 deep, not an object) and only then a console claimed from
+the session manager (503 past ``--max-sessions``, 429 past ``--max-per-client``). Nothing
+is started for a refused request, and no malformed request gets a 500 or a traceback.
+The SDK then serves the MCP session; its id is bound to the claimed console, and a ``DELETE``
+of the session closes the console.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import pydantic_core
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import jsonrpc_message_adapter
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
@@ -32,7 +38,7 @@ from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
 from console_bridge.cli._serve_mcp import instructions_for
 
-__all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "origin_allowed"]
+__all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "opening_refusal", "origin_allowed"]
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _log = logging.getLogger("console_bridge.serve")
@@ -49,6 +55,37 @@ def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and (parts.hostname or "") in LOOPBACK_HOSTS
+
+
+def _media_types(header: str) -> set[str]:
+    return {part.split(";")[0].strip().lower() for part in header.split(",")}
+
+
+def opening_refusal(headers: dict[str, str], body: bytes) -> tuple[int, str] | None:
+    """Why an opening request (a POST without ``Mcp-Session-Id``) must not claim a console, as
+    ``(status, message)``; None for a well-formed ``initialize``. Pure; the same rules as the SDK's
+    transport (which would refuse it only after the console was claimed)."""
+    accept = _media_types(headers.get("accept", ""))
+    has_json = bool(accept & {"*/*", "application/*", "application/json"})
+    has_sse = bool(accept & {"*/*", "text/*", "text/event-stream"})
+    if not (has_json and has_sse):
+        return 406, "Not Acceptable: the client must accept both application/json and text/event-stream"
+    content_type = {part.strip() for part in headers.get("content-type", "").split(";")[0].split(",")}
+    if "application/json" not in content_type:
+        return 415, "Unsupported Media Type: Content-Type must be application/json"
+    try:
+        message = pydantic_core.from_json(body)  # bounded recursion: deep nesting is a ValueError here
+    except (ValueError, RecursionError) as exc:
+        return 400, f"Parse error: the body is not JSON ({str(exc)[:200]})"
+    if not isinstance(message, dict) or message.get("method") != "initialize":
+        return None  # not an opening of a session: the SDK answers it (and claims nothing)
+    try:
+        jsonrpc_message_adapter.validate_python(message, by_name=False)
+    except (ValueError, RecursionError):
+        return 400, "Invalid Request: the initialize message is not a valid JSON-RPC request"
+    if "id" not in message:
+        return 400, "Invalid Request: initialize must be a request (with an id)"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +139,7 @@ class Gate:
         assert self.sdk is not None
         sid = headers.get(MCP_SESSION_ID_HEADER)
         if sid is None and scope["method"] == "POST":
-            await self._open(scope, receive, send)
+            await self._open(scope, receive, send, headers)
             return
         status = await _forward(self.sdk.handle_request, scope, receive, send)
         if sid is not None and scope["method"] == "DELETE" and status is not None and status < 400:
@@ -113,13 +150,17 @@ class Gate:
             return False
         return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), self.options.token.encode())
 
-    async def _open(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _open(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
         """An opening request: read it whole, claim a console only for an ``initialize``."""
         body, messages = await _read_body(receive, self.options.max_body_bytes)
         if body is None:
             await _respond(send, 413, f"request body over {self.options.max_body_bytes} bytes")
             return
         replay = _replay(messages, receive)
+        refusal = opening_refusal(headers, body)
+        if refusal is not None:  # checked before a console is claimed: a bad request costs no cold start
+            await _respond(send, *refusal)
+            return
         if not _is_initialize(body):
             await _forward(self.sdk.handle_request if self.sdk else _no_app, scope, replay, send)
             return
@@ -215,8 +256,8 @@ async def _no_app(scope: Scope, receive: Receive, send: Send) -> None:
 
 def _is_initialize(body: bytes) -> bool:
     try:
-        message = json.loads(body)
-    except ValueError:
+        message = pydantic_core.from_json(body)
+    except (ValueError, RecursionError):
         return False
     return isinstance(message, dict) and message.get("method") == "initialize"
 

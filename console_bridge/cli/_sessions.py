@@ -10,15 +10,30 @@ from typing import Any
 
 import click
 
-from console_bridge._confinement._registry import SessionEntry, entries, sweep
-from console_bridge.cli._common import ExitCode, fail, table
+from console_bridge._confinement._registry import SessionEntry, Verdict, sweep_report, verdicts
+from console_bridge.cli._common import PREFIX, ExitCode, fail, table
+from console_bridge.cli._output import host_line
 
 __all__ = ["kill_command", "ps_command"]
 
 
-def _live() -> list[SessionEntry]:
-    sweep()  # sessions whose host and supervisor died: their trees killed, folders and groups removed
-    return [item for item in entries() if isinstance(item, SessionEntry) and item.alive()]
+def _live() -> tuple[list[SessionEntry], list[Verdict]]:
+    """The proven live (or starting) sessions, and the folders refused (each reported on stderr)."""
+    report = sweep_report()  # sessions whose host and supervisor died: trees killed, folders and groups removed
+    refused = {verdict.folder: verdict for verdict in report.refused}
+    live: list[SessionEntry] = []
+    for verdict in verdicts():
+        if verdict.state == "refused":
+            refused.setdefault(verdict.folder, verdict)
+        elif verdict.state in ("live", "starting") and verdict.entry is not None:
+            live.append(verdict.entry)
+    for verdict in refused.values():
+        click.echo(
+            f"{PREFIX}: left alone: {host_line(str(verdict.folder))}: {host_line(verdict.reason)} "
+            "(not provably a console-bridge session of this user; remove it yourself if it is yours)",
+            err=True,
+        )
+    return live, list(refused.values())
 
 
 def _as_dict(entry: SessionEntry) -> dict[str, Any]:
@@ -57,7 +72,7 @@ def ps_command(as_json: bool) -> None:
       console-bridge ps
       console-bridge ps --json | jq '.[] | select(.owner == "agent-1") | .id'
     """
-    sessions = [_as_dict(entry) for entry in _live()]
+    sessions = [_as_dict(entry) for entry in _live()[0]]
     if as_json:
         click.echo(json.dumps(sessions, indent=1))
         return
@@ -65,7 +80,9 @@ def ps_command(as_json: bool) -> None:
         click.echo("no live console-bridge sessions")
         return
     rows = [
-        [s["id"], s["owner"], s["profile"], _age(s["age_s"]), str(s["host_pid"]), s["workspace"]] for s in sessions
+        [host_line(str(s[key])) for key in ("id", "owner", "profile")] + [_age(s["age_s"]), str(s["host_pid"])]
+        + [host_line(s["workspace"])]
+        for s in sessions
     ]
     click.echo(table(["ID", "OWNER", "PROFILE", "AGE", "HOST PID", "WORKSPACE"], rows))
 
@@ -88,12 +105,17 @@ def kill_command(ids: tuple[str, ...], force: bool, timeout: float) -> None:
       console-bridge kill 20261130T061501-1a2b3c4d
       console-bridge kill --force $(console-bridge ps --json | jq -r '.[].id')
     """
-    live = {entry.id: entry for entry in _live()}
+    proven, refused = _live()
+    live = {entry.id: entry for entry in proven}
     unknown = [session_id for session_id in ids if session_id not in live]
     if unknown:
-        fail(f"no live session with id {', '.join(unknown)}; `console-bridge ps` lists them", ExitCode.USAGE)
+        left = {verdict.folder.name for verdict in refused} & set(unknown)
+        why = f" ({', '.join(sorted(left))} left alone, see above)" if left else ""
+        fail(f"no live session with id {', '.join(unknown)}{why}; `console-bridge ps` lists them", ExitCode.USAGE)
     for session_id in ids:
         entry = live[session_id]
+        if entry.supervisor_pid is None:
+            fail(f"session {session_id} is still starting (no supervisor yet); retry in a moment", ExitCode.USAGE)
         sent = entry.signal_supervisor(signal.SIGUSR1 if force else signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while sent and entry.alive() and time.monotonic() < deadline:

@@ -31,7 +31,8 @@ def cli_env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["XDG_DATA_HOME"] = str(tmp / "xdg-data")
     env.pop("CONSOLE_BRIDGE_MCP_CONSOLE", None)
-    for ci in ("GITHUB_ACTIONS", "TF_BUILD"):  # CI fencing changes stdout; tests that want it set it
+    # CI fencing changes stdout; tests that want it set it
+    for ci in ("GITHUB_ACTIONS", "TF_BUILD", "TEAMCITY_VERSION", "BUILDKITE"):
         env.pop(ci, None)
     return env
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from console_bridge.cli._output import CellOutput, escape_controls
+from console_bridge.cli._output import CellOutput, escape_controls, host_block, host_line
+from tests import ci_logs
 
 from .conftest import PROC_TIMEOUT, Runner, cli_env, cli_path, write
 
@@ -198,3 +199,80 @@ def test_json_output_carries_text_only_inside_strings(cb: Runner, tmp_path: Path
     document = json.loads(proc.stdout)
     assert "bell\x07 nul\x00 del\x7f vt\x0b ff\x0c rlo\u202e end\n" in document["files"][0]["output"]  # faithful
     assert document["files"][1]["output"] == "session still works: 42\n"
+
+
+# ------------------------------------------------------------------ every line the host writes (issue 20)
+EVERY_CI = {"GITHUB_ACTIONS": "true", "TF_BUILD": "True", "TEAMCITY_VERSION": "2025.1", "BUILDKITE": "true"}
+HOSTILE = (
+    "print('::add-mask::FROM_STDOUT')\n"
+    "print(\"##teamcity[buildStatus text='pwned']\")\n"
+    "print('--- :skull: fake group')\n"
+    "print('+++ expanded')\n"
+    "print('[console-bridge] 1/1 file ok in 0.1s')\n"
+    "Evil = type('Evil\\n::add-mask::X\\n::error::injected', (Exception,), {})\n"
+    "raise Evil('##vso[task.setvariable variable=PWNED]1\\n[console-bridge] 1/1 file ok\\n'\n"
+    "           \"##teamcity[buildProblem description='x']\\n--- group\\n##[error]v1\")\n"
+)
+
+
+def test_teamcity_and_buildkite_markers_in_the_output() -> None:
+    out = CellOutput(raw=False, environ={"TEAMCITY_VERSION": "2025.1", "BUILDKITE": "true"})
+    shown = out.feed("x ##team") + out.feed("city[buildStatus]\n--") + out.feed("- group\n----------\n")
+    shown += out.feed("  +++ open\n~~~\n^^^ +++\n") + out.flush()
+    assert shown == (
+        "x ##teamcity\\x5bbuildStatus]\n[cell] --- group\n----------\n[cell]   +++ open\n[cell] ~~~\n[cell] ^^^ +++\n"
+    )
+    assert ci_logs.live_commands(shown) == []
+    plain = CellOutput(raw=False, environ={})  # outside those CIs the text is left as it is
+    assert plain.feed("##teamcity[x]\n--- y\n") == "##teamcity[x]\n--- y\n"
+
+
+def test_host_line_is_one_inert_line() -> None:
+    name = "Evil\n::add-mask::X\r\n::error::injected \x1b[2J \u202e"
+    line = host_line(f"attack.py: the code raised: {name}: ##vso[task.setvariable variable=PWNED]1 ##[error]x")
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\u202e" not in line
+    assert "Evil\\x0a::add-mask::X\\x0d\\x0a::error::injected \\x1b[2J \\u202e" in line
+    assert "##vso\\x5btask.setvariable" in line and "##\\x5berror]x" in line
+    assert host_line("##TeamCity[x]") == "##TeamCity\\x5bx]"
+    block = host_block("Traceback\n::error::x\n  ##vso[y]\n", "console-bridge: ")
+    assert block == "console-bridge: Traceback\nconsole-bridge: ::error::x\nconsole-bridge:   ##vso\\x5by]\n"
+    assert ci_logs.live_commands(f"console-bridge: {line}\n{block}") == []
+
+
+def test_error_and_notice_lines_are_inert(capsys: pytest.CaptureFixture[str]) -> None:
+    from console_bridge.cli._run import Terminal
+
+    term = Terminal(stream=True, quiet=False, raw=True)  # --raw is about the code's output, not these lines
+    term.error("value.py: the code raised: ValueError: ##vso[task.setvariable variable=PWNED]1")
+    term.error("Evil\n[console-bridge] 1/1 file ok")
+    term.error("debug tail\n::error::x", multiline=True)
+    term.info("fake\n--- group ##teamcity[x]")
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "console-bridge: value.py: the code raised: ValueError: ##vso\\x5btask.setvariable variable=PWNED]1",
+        "console-bridge: Evil\\x0a[console-bridge] 1/1 file ok",
+        "console-bridge: debug tail",
+        "console-bridge: ::error::x",
+        "[console-bridge] fake\\x0a--- group ##teamcity\\x5bx]",
+    ]
+    assert ci_logs.live_commands(err) == []
+
+
+@pytest.mark.console
+def test_a_hostile_run_puts_no_command_into_any_ci_log(tmp_path: Path) -> None:
+    write(tmp_path, "before.py", "print('session works:', 6 * 7)\n")
+    write(tmp_path, "attack.py", HOSTILE)
+    proc = _cb(tmp_path, "before.py", "attack.py", env=EVERY_CI)
+    assert proc.returncode == 1, proc.stderr
+    assert "session works: 42" in proc.stdout
+    # stdout and stderr reach the runner as two pipes in no fixed order: either order is inert.
+    for log in (proc.stdout + proc.stderr, proc.stderr + proc.stdout):
+        assert ci_logs.live_commands(log) == [], log
+    status = [line for line in proc.stderr.splitlines() if line.startswith(("[console-bridge]", "console-bridge:"))]
+    assert status == proc.stderr.splitlines(), proc.stderr  # every stderr line is the CLI's own
+    assert [line for line in status if "files ok" in line or "file ok" in line][-1].startswith(
+        "[console-bridge] 1/2 files ok"
+    )
+    error = next(line for line in status if line.startswith("console-bridge: attack.py"))
+    assert "Evil\\x0a::add-mask::X\\x0a::error::injected: ##vso\\x5btask.setvariable variable=PWNED]1" in error
+    assert "[cell] [console-bridge] 1/1 file ok" in proc.stdout.splitlines()

@@ -72,6 +72,7 @@ async def test_two_clients_get_two_sessions_and_sigterm_closes_both(http_server:
 async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("a-token-of-at-least-sixteen-chars\n")
+    token_file.chmod(0o600)  # a token others can read is refused (tests/serve/test_evidence.py)
     server: HttpServer = http_server("--warm", "0", "--max-per-client", "1", token_file=token_file)
     async with httpx2.AsyncClient(timeout=30.0) as http:
         none = await http.post(server.url, json=INIT, headers=ACCEPT)
