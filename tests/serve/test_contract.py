@@ -10,8 +10,8 @@ import pytest
 from console_bridge.cli._serve_contract import (
     CONSOLE_ID,
     Lifetimes,
-    console_tools,
     consistent_text,
+    console_tools,
     strip_nulls,
 )
 
@@ -22,7 +22,7 @@ DESCRIPTION = (
     "still running, poll with an empty `send`; do not resubmit the cell. When waiting for completion, use "
     "`timeout_ms=300000` for a long poll; it returns early when work finishes or needs input. Avoid repeated "
     'short polls such as `timeout_ms=1000`. Defaults: `timeout_ms=60000` (60 seconds), `requirements.action="add"`.'
-    "\n\nconsole-bridge: `timeout_ms` is capped at 30000 ms per call. `control: \"restart\"` is reserved for the host."
+    '\n\nconsole-bridge: `timeout_ms` is capped at 30000 ms per call. `control: "restart"` is reserved for the host.'
 )
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -93,8 +93,8 @@ def test_strict_conversion_keeps_every_field_optional_in_effect() -> None:
     strict = strict_schema.ensure_strict_json_schema(dict(send.input_schema))
     for name, prop in strict["properties"].items():
         kinds = prop.get("type")
-        assert "null" in kinds if isinstance(kinds, list) else any(
-            a.get("type") == "null" for a in prop.get("anyOf", [])
+        assert (
+            "null" in kinds if isinstance(kinds, list) else any(a.get("type") == "null" for a in prop.get("anyOf", []))
         ), name
     # what a strict model sends to run a cell: every field, the unused ones null -> no interrupt reaches the console
     call = {"python": "1", "sql": None, "timeout_ms": None, "control": None, "stdin": None, CONSOLE_ID: None}
