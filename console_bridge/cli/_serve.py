@@ -110,15 +110,18 @@ async def learn_template(config: ServeConfig) -> Template:
 
 # ------------------------------------------------------------------ stdio
 async def serve_stdio(config: ServeConfig) -> None:
-    """One client: consoles claimed on first use (``console_open``, or the first ``send``, which
-    gets the client's own console in either protocol era); all closed (recordings finalized) when
-    the client closes stdin."""
+    """One client: one console is started at launch (it teaches the tools and serves the client's
+    first claim); more at ``console_open``. A ``send`` without a handle uses the client's own
+    console in either protocol era. All are closed (recordings finalized) when stdin closes."""
     from mcp.server.stdio import stdio_server
 
-    async with _manager(config, warm=1 if config.warm is None else config.warm) as manager:
-        template = await learn_template(config)  # while the pool warms its first console
-        consoles = Consoles(manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout)
-        caller = Caller(identity=Owner("mcp-stdio"), session="stdio")
+    identity = Owner("mcp-stdio")
+    async with _manager(config, warm=config.warm or 0) as manager:
+        # One client: the console claimed at launch teaches the tools and serves its first claim.
+        first = await manager.open(owner=identity)
+        template = learn(first, config.lifetimes)
+        consoles = Consoles(manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout, spare=first)
+        caller = Caller(identity=identity, session="stdio")
         server = build_server(consoles, template, lambda _ctx: caller, config.serve_options)
         try:
             async with anyio.create_task_group() as tg:

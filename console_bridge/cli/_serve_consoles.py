@@ -65,6 +65,7 @@ class Consoles:
     lifetimes: Lifetimes = field(default_factory=Lifetimes)
     settle_timeout: float = 10.0  # a cell past max_cell_time: interrupt it and wait this long for it to stop
     check_interval: float = 1.0  # how often limits are checked
+    spare: AsyncConsole | None = None  # claimed at launch (stdio): serves its owner's first claim
     held: dict[str, Held] = field(default_factory=dict)
     _sessions: dict[str, str] = field(default_factory=dict)  # MCP session key -> console_id of its own console
     _claiming: dict[str, anyio.Lock] = field(default_factory=dict)
@@ -75,8 +76,20 @@ class Consoles:
     # ----------------------------------------------------------------- claims
     async def open(self, identity: Owner, session: str | None = None) -> Held:
         """Claim a fresh console for ``identity`` (a tool error in words when none can be had)."""
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.owner == identity and spare.status().state != "closed":
+            console = spare
+        else:
+            if spare is not None:
+                self.spare = spare
+            console = await self._claim(identity)
+        held = Held(console_id=secrets.token_urlsafe(24), console=console, identity=identity, session=session)
+        self.held[held.console_id] = held
+        return held
+
+    async def _claim(self, identity: Owner) -> AsyncConsole:
         try:
-            console = await self.manager.open(owner=identity)
+            return await self.manager.open(owner=identity)
         except Busy:
             raise Busy(
                 f"no console is free: all {self.manager.max_sessions} are in use or starting (--max-sessions); "
@@ -87,9 +100,6 @@ class Consoles:
                 f"client {identity!s} already holds {self.manager.max_per_owner} console(s) (--max-per-client); "
                 f"close one with {CLOSE} first"
             ) from None
-        held = Held(console_id=secrets.token_urlsafe(24), console=console, identity=identity, session=session)
-        self.held[held.console_id] = held
-        return held
 
     async def resolve(self, identity: Owner, console_id: str | None, session: str | None) -> Held:
         """The console a call names (``console_id``), or the session's own (claimed now if new)."""

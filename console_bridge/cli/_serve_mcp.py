@@ -159,18 +159,28 @@ def read_transcript(console: AsyncConsole, max_bytes: int) -> str:
     return text
 
 
-_CALL_HEADING = re.compile(r"^## Call \d+", re.MULTILINE)
+_CALL_HEADING = re.compile(r"^## Call (\d+)\b", re.MULTILINE)
 _HEADING = re.compile(r"^## ", re.MULTILINE)
 
 
+def _section(text: str, start: int) -> int:
+    following = _HEADING.search(text, start + 1)
+    return following.start() if following else len(text)
+
+
 def without_probe(text: str) -> str:
-    """The transcript without the bridge's own confinement probe (its canary paths are the host's)."""
+    """The transcript without the bridge's own confinement probe (its call and its result: the
+    canary paths and the denied places it lists are the host's)."""
     for match in _CALL_HEADING.finditer(text):
-        following = _HEADING.search(text, match.end())
-        end = following.start() if following else len(text)
-        if PROBE_MARK in text[match.start() : end]:
-            note = "[console-bridge: the confinement probe that ran before the first cell is not shown]\n\n"
-            return text[: match.start()] + note + text[end:]
+        end = _section(text, match.start())
+        if PROBE_MARK not in text[match.start() : end]:
+            continue
+        note = "[console-bridge: the confinement probe that ran before the first cell is not shown]\n\n"
+        rest = text[end:]
+        result = re.search(rf"^## Result for call {match.group(1)}\b", rest, re.MULTILINE)
+        if result is not None:
+            rest = rest[: result.start()] + rest[_section(rest, result.start()) :]
+        return text[: match.start()] + note + rest
     return text
 
 

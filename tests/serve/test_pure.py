@@ -67,9 +67,11 @@ def test_transcript_hides_the_probe_call() -> None:
     text = (
         "# MCP Console recording transcript\n\n## Console process\n\n```json\n{}\n```\n\n"
         "## Call 1: Python\n\n```python\nprint('console-bridge-probe:' + '{}')  # /root/.npmrc\n```\n\n"
-        "## Call 2: Python\n\n```python\nx * 2\n```\n"
+        "## Session 001 started\n\nok\n\n## Result for call 1\n\n```text\nconsole-bridge-probe:{}\n```\n\n"
+        "## Call 2: Python\n\n```python\nx * 2\n```\n\n## Result for call 2\n\n42\n"
     )
     shown = without_probe(text)
     assert "console-bridge-probe" not in shown and ".npmrc" not in shown
     assert "## Call 2: Python" in shown and "x * 2" in shown and "## Console process" in shown
+    assert "## Session 001 started" in shown and "## Result for call 2" in shown and "Result for call 1" not in shown
     assert without_probe("## Call 1: Python\nx\n") == "## Call 1: Python\nx\n"
