@@ -187,8 +187,9 @@ async def _serve_http(
     gate.server = server
     gate.sdk = make_sdk(
         server,
-        idle_timeout=config.idle_timeout,
-        max_sessions=4 * config.max_sessions,
+        # an MCP session outlives its idle console, so a client that comes back is told why it closed
+        idle_timeout=None if config.idle_timeout is None else 2 * config.idle_timeout,
+        max_sessions=32 * config.max_sessions,  # MCP sessions hold no console until their first send
         max_body_bytes=gate.options.max_body_bytes,
     )
 

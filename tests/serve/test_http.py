@@ -83,21 +83,34 @@ async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) 
         good = {**ACCEPT, "Authorization": f"Bearer {server.token}"}
         foreign = await http.post(server.url, json=INIT, headers={**good, "Origin": "http://evil.example"})
         assert foreign.status_code == 403
-        assert sessions_started(tmp_path) == 0
         local = await http.post(server.url, json=INIT, headers={**good, "Origin": "http://localhost:3000"})
         assert local.status_code == 200, local.text
         sid = local.headers["mcp-session-id"]
+        # 40 MCP sessions that only initialize and list: no console is started for any of them
+        for _ in range(40):
+            opened = await http.post(server.url, json=INIT, headers=good)
+            assert opened.status_code == 200, opened.text
+            session = {**good, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+            await http.post(server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            listed = await http.post(
+                server.url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=session
+            )
+            assert listed.status_code == 200 and "console_open" in listed.text
+        assert sessions_started(tmp_path) == 0
+    async with client(server) as one, client(server) as two:
+        assert text(await one.call_tool("send", {"python": "6 * 7"})).strip() == "42"  # claimed now
         assert sessions_started(tmp_path) == 1
-        second = await http.post(server.url, json=INIT, headers=good)  # same client address, quota 1
-        assert second.status_code == 429, second.text
+        refused = await two.call_tool("send", {"python": "1"})  # same identity, quota 1
+        assert refused.is_error and "--max-per-client" in text(refused) and "console_close" in text(refused)
         assert sessions_started(tmp_path) == 1
-        # DELETE of the MCP session closes its console
+    # closing the MCP session (DELETE on leaving the client) closed its console
+    deadline = time.monotonic() + 20
+    while sessions_started(tmp_path) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    assert sessions_started(tmp_path) == 0
+    async with httpx2.AsyncClient(timeout=30.0) as http:
         deleted = await http.delete(server.url, headers={**good, "mcp-session-id": sid})
         assert deleted.status_code < 400
-        deadline = time.monotonic() + 20
-        while sessions_started(tmp_path) and time.monotonic() < deadline:
-            await anyio.sleep(0.05)
-        assert sessions_started(tmp_path) == 0
         gone = await http.post(
             server.url,
             json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
@@ -108,26 +121,26 @@ async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) 
     assert leftovers(tmp_path) == []
 
 
-async def test_capacity_503_and_idle_culling(http_server: Any, tmp_path: Path) -> None:
+async def test_capacity_and_idle_culling_are_tool_errors(http_server: Any, tmp_path: Path) -> None:
     server: HttpServer = http_server(
         "--warm", "0", "--max-sessions", "2", "--idle-timeout", "4", "--acquire-timeout", "0.5"
     )
-    async with client(server) as one, client(server) as two:
-        await one.call_tool("send", {"python": "1"})
+    async with client(server) as one, client(server) as two, client(server) as three:
+        await one.call_tool("send", {"python": "kept = 1"})
         await two.call_tool("send", {"python": "1"})
-        async with httpx2.AsyncClient(timeout=30.0) as http:
-            third = await http.post(
-                server.url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {server.token}"}
-            )
-        assert third.status_code == 503, third.text
+        full = await three.call_tool("send", {"python": "1"})
+        assert full.is_error and "no console is free" in text(full) and "--max-sessions" in text(full)
         assert sessions_started(tmp_path) == 2
         # idle culling: no call for longer than --idle-timeout closes both consoles
         deadline = time.monotonic() + 30
         while sessions_started(tmp_path) and time.monotonic() < deadline:
             await anyio.sleep(0.1)
         assert sessions_started(tmp_path) == 0
-    # room again: a new client gets a fresh session
-    async with client(server) as three:
+        told = await one.call_tool("send", {"python": "kept"})
+        assert told.is_error and "4 s without use (--idle-timeout)" in text(told), text(told)
+        # room again: the third session gets a console, and the first one a fresh console
         assert text(await three.call_tool("send", {"python": "6 * 7"})).strip() == "42"
+        fresh = await one.call_tool("send", {"python": "'kept' in globals()"})
+        assert text(fresh).strip() == "False"
     assert server.stop() == 0
     assert leftovers(tmp_path) == []
