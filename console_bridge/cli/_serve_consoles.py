@@ -182,11 +182,10 @@ class Consoles:
 
     def observed(self, held: Held, running: bool) -> None:
         """A send came back: the cell runs on (busy until a send sees it end) or it ended."""
-        if running:
-            if held.cell_since is None:
-                held.cell_since = time.monotonic()
-        else:
+        if not running:
             held.cell_since = None
+        elif held.cell_since is None:
+            held.cell_since = time.monotonic()
 
     def window_ms(self, held: Held) -> int | None:
         """How long a send may wait before the cell reaches ``max_cell_time`` (None: no bound)."""
@@ -234,28 +233,35 @@ class Consoles:
         if self._tg is not None:
             self._tg.start_soon(fn, *args)
 
+    def overdue(self, held: Held) -> bool:
+        """The running cell has reached ``max_cell_time``."""
+        return self.window_ms(held) == 0
+
     async def _stop_cell(self, held: Held) -> None:
-        limit = self.lifetimes.max_cell_time
         try:
             async with held.turn:
-                if held.cell_since is None:
-                    return
-                try:
-                    result = await held.console.settle(self.settle_timeout)
-                except BridgeError as exc:
-                    result = None
-                    tail = f" (stopping it failed: {exc.message})"
-                else:
-                    tail = "" if result is None else f"; its last output:\n{result.text}"
-                held.cell_since = None
-                held.last_used = time.monotonic()
-                held.notice = (
-                    f"the running cell was interrupted after {limit:g} s, the longest a cell may run here "
-                    f"(--max-cell-time); the console and its state are kept, and nothing of this call was run"
-                    f"{tail}"
-                )
+                if self.overdue(held):
+                    await self.stop_cell(held)
         finally:
             held.interrupting = False
+
+    async def stop_cell(self, held: Held) -> str:
+        """Interrupt a cell past ``max_cell_time`` (the caller holds ``held.turn``); the notice the
+        next send is given is kept on ``held`` and returned."""
+        limit = self.lifetimes.max_cell_time
+        try:
+            result = await held.console.settle(self.settle_timeout)
+        except BridgeError as exc:
+            tail = f" (stopping it failed: {exc.message})"
+        else:
+            tail = "" if result is None else f"; its last output:\n{result.text}"
+        held.cell_since = None
+        held.last_used = time.monotonic()
+        held.notice = (
+            f"the running cell was interrupted after {limit:g} s, the longest a cell may run here "
+            f"(--max-cell-time); the console and its state are kept, and nothing of this call was run{tail}"
+        )
+        return held.notice
 
     async def _retire(self, held: Held, why: str) -> None:
         """Close one console, remembering why (the next use of its id or session is told)."""

@@ -310,6 +310,8 @@ def build_server(
                 'poll with an empty send or stop it with control: "interrupt"'
             )
         try:
+            if consoles.overdue(held):
+                await consoles.stop_cell(held)
             if held.notice is not None:
                 notice, held.notice = held.notice, None
                 return _tool_error(notice)
@@ -318,6 +320,8 @@ def build_server(
             held.turn.release()
 
     async def _run_send(ctx: ServerRequestContext[Any, Any], held: Held, given: dict[str, Any]) -> types.CallToolResult:
+        if any(lang in given for lang in ("python", "r", "sql")):
+            consoles.observed(held, running=True)  # the cell's time counts from its submission
         window = consoles.window_ms(held)
         if window is not None:
             given["timeout_ms"] = min(window, given.get("timeout_ms", window))
