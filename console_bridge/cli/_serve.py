@@ -36,8 +36,11 @@ from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
 from console_bridge.cli._common import PREFIX, ByteSize, ExitCode, error_text, exit_code_for, fail
 from console_bridge.cli._output import host_line
+from console_bridge.cli._serve_consoles import Consoles
+from console_bridge.cli._serve_contract import Lifetimes
 from console_bridge.cli._serve_http import LOOPBACK_HOSTS, Gate, GateOptions, make_sdk
-from console_bridge.cli._serve_mcp import ServeOptions, build_server, instructions_for
+from console_bridge.cli._serve_identity import Identities
+from console_bridge.cli._serve_mcp import Caller, ServeOptions, Template, build_server, learn
 from console_bridge.cli._serve_stdio import pipes_on_stdio, stdio_pipes
 
 __all__ = ["serve_command"]
@@ -52,46 +55,88 @@ class ServeConfig:
     max_sessions: int = 8
     max_per_client: int | None = None
     idle_timeout: float | None = 600.0
+    max_lifetime: float | None = None
+    max_cell_time: float | None = None
     acquire_timeout: float = 1.0
     token_file: Path | None = None
+    tokens: Path | None = None
     allowed_origins: tuple[str, ...] = ()
     console_options: dict[str, Any] = field(default_factory=dict)
     workspace: Path = Path(".")
     serve_options: ServeOptions = field(default_factory=ServeOptions)
+
+    @property
+    def lifetimes(self) -> Lifetimes:
+        lifetime = self.max_lifetime if self.max_lifetime is not None else DEFAULT_MAX_LIFETIME[self.transport]
+        return Lifetimes(idle_timeout=self.idle_timeout, max_lifetime=lifetime, max_cell_time=self.max_cell_time)
+
+
+#: A console's lifetime when --max-lifetime is not given: protective for an unattended stdio host too.
+DEFAULT_MAX_LIFETIME = {"stdio": 8 * 3600.0, "http": 3600.0}
 
 
 def _info(message: str) -> None:
     click.echo(f"{PREFIX}: {host_line(message)}", err=True)
 
 
-# ------------------------------------------------------------------ stdio
-async def serve_stdio(config: ServeConfig) -> None:
-    """One client, one session: claimed at launch from a manager with warm=1, closed (recording
-    finalized) when the client closes stdin."""
-    from mcp.server.stdio import stdio_server
-
-    manager = AsyncSessionManager(
+def _manager(config: ServeConfig, warm: int) -> AsyncSessionManager:
+    """The session manager: capacity and quotas. Its own culling is off: serve's limits are kept by
+    ``Consoles`` (a running cell is busy, and a console closed by a limit says which)."""
+    return AsyncSessionManager(
         config.workspace,
-        warm=1,
-        max_sessions=1,
+        warm=warm,
+        max_sessions=config.max_sessions,
+        max_per_owner=config.max_per_client,
         idle_timeout=None,
         max_lifetime=None,
+        acquire_timeout=config.acquire_timeout,
         **config.console_options,
     )
-    async with manager:
-        console = await manager.open(owner=Owner("mcp-stdio"))
 
-        async def bind(_ctx: Any) -> AsyncConsole:
-            return console
 
-        server = build_server(bind, config.serve_options, instructions=instructions_for(console))
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_signals, tg.cancel_scope)
-            wire = stdio_pipes() if pipes_on_stdio() else stdio_server()
-            async with wire as (read_stream, write_stream):
-                await server.run(read_stream, write_stream, server.create_initialization_options())
-            tg.cancel_scope.cancel()
-        await manager.close(manager.id_of(console))
+async def learn_template(config: ServeConfig) -> Template:
+    """What every client reads (tools, instructions, sandbox), from one probe console started and
+    closed at launch: its recording goes to a private folder that is removed, and it is not audited,
+    so listings and ``initialize`` never need a console."""
+    options = dict(config.console_options)
+    policy = options.get("policy")
+    if isinstance(policy, Policy):
+        options["policy"] = dataclasses.replace(policy, audit=None)
+    with tempfile.TemporaryDirectory(prefix="console-bridge-serve-probe-") as recordings:
+        options["recordings_dir"] = recordings
+        console = AsyncConsole(config.workspace, **options)
+        try:
+            await console.start()
+            return learn(console, config.lifetimes)
+        finally:
+            await console.cancel()
+
+
+# ------------------------------------------------------------------ stdio
+async def serve_stdio(config: ServeConfig) -> None:
+    """One client: one console is started at launch (it teaches the tools and serves the client's
+    first claim); more at ``console_open``. A ``send`` without a handle uses the client's own
+    console in either protocol era. All are closed (recordings finalized) when stdin closes."""
+    from mcp.server.stdio import stdio_server
+
+    identity = Owner("mcp-stdio")
+    async with _manager(config, warm=config.warm or 0) as manager:
+        # One client: the console claimed at launch teaches the tools and serves its first claim.
+        first = await manager.open(owner=identity)
+        template = learn(first, config.lifetimes)
+        consoles = Consoles(manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout, spare=first)
+        caller = Caller(identity=identity, session="stdio")
+        server = build_server(consoles, template, lambda _ctx: caller, config.serve_options)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_on_signals, tg.cancel_scope)
+                tg.start_soon(consoles.run)
+                wire = stdio_pipes() if pipes_on_stdio() else stdio_server()
+                async with wire as (read_stream, write_stream):
+                    await server.run(read_stream, write_stream, server.create_initialization_options())
+                tg.cancel_scope.cancel()
+        finally:
+            await consoles.aclose()
 
 
 async def _cancel_on_signals(scope: anyio.CancelScope) -> None:
@@ -136,7 +181,10 @@ def vet_token_file(config: ServeConfig) -> None:
 
 
 @contextlib.contextmanager
-def _token(config: ServeConfig) -> Iterator[str]:
+def _token(config: ServeConfig) -> Iterator[Identities]:
+    if config.tokens is not None:
+        yield Identities.from_file(config.tokens)
+        return
     if config.token_file is not None:
         vet_token_file(config)
         try:
@@ -145,7 +193,7 @@ def _token(config: ServeConfig) -> Iterator[str]:
             fail(f"cannot read --token-file {str(config.token_file)!r}: {exc.strerror or exc}", ExitCode.USAGE)
         if len(token) < 16:
             fail(f"the token in {str(config.token_file)!r} is shorter than 16 characters", ExitCode.USAGE)
-        yield token
+        yield Identities.single(token)
         return
     token = secrets.token_urlsafe(32)
     fd, name = tempfile.mkstemp(prefix="console-bridge-serve-", suffix=".token")  # 0600, fresh name
@@ -153,31 +201,33 @@ def _token(config: ServeConfig) -> Iterator[str]:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(token + "\n")
         _info(f"bearer token written to {name} (mode 0600; removed when the server stops)")
-        yield token
+        yield Identities.single(token)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(name)
 
 
-async def serve_http(config: ServeConfig, token: str, sock: socket.socket) -> None:
+async def serve_http(config: ServeConfig, identities: Identities, sock: socket.socket) -> None:
+    manager = _manager(config, warm=config.warm if config.warm is not None else 1)
+    async with manager:
+        template = await learn_template(config)  # while the pool warms its first console
+        await _serve_http(config, identities, sock, manager, template)
+
+
+async def _serve_http(
+    config: ServeConfig, identities: Identities, sock: socket.socket, manager: AsyncSessionManager, template: Template
+) -> None:
     import uvicorn
 
-    manager = AsyncSessionManager(
-        config.workspace,
-        warm=config.warm if config.warm is not None else 1,
-        max_sessions=config.max_sessions,
-        max_per_owner=config.max_per_client,
-        idle_timeout=config.idle_timeout,
-        acquire_timeout=config.acquire_timeout,
-        **config.console_options,
-    )
-    gate = Gate(manager=manager, options=GateOptions(token=token, allowed_origins=config.allowed_origins))
-    server = build_server(gate.bind, config.serve_options)
+    consoles = Consoles(manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout)
+    gate = Gate(consoles=consoles, identities=identities, options=GateOptions(allowed_origins=config.allowed_origins))
+    server = build_server(consoles, template, gate.caller, config.serve_options)
     gate.server = server
     gate.sdk = make_sdk(
         server,
-        idle_timeout=config.idle_timeout,
-        max_sessions=4 * config.max_sessions,
+        # an MCP session outlives its idle console, so a client that comes back is told why it closed
+        idle_timeout=None if config.idle_timeout is None else 2 * config.idle_timeout,
+        max_sessions=32 * config.max_sessions,  # MCP sessions hold no console until their first send
         max_body_bytes=gate.options.max_body_bytes,
     )
 
@@ -191,22 +241,19 @@ async def serve_http(config: ServeConfig, token: str, sock: socket.socket) -> No
 
     async def stop_on_signals() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async for _ in signals:
+            async for sig in signals:
+                if sig == signal.SIGHUP and identities.path is not None:
+                    _info(identities.reload())
+                    continue
                 uv_server.should_exit = True
                 return
 
-    async with manager:
-
-        async def sweep() -> None:
-            while True:
-                await anyio.sleep(1.0)
-                await gate.sweep()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sweep)
-            tg.start_soon(stop_on_signals)
-            await uv_server.serve(sockets=[sock])
-            tg.cancel_scope.cancel()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(consoles.run)
+        tg.start_soon(stop_on_signals)
+        await uv_server.serve(sockets=[sock])
+        tg.cancel_scope.cancel()
+    await consoles.aclose()
 
 
 def _bind_socket(host: str, port: int) -> socket.socket:
@@ -237,9 +284,9 @@ def execute(config: ServeConfig) -> int:
         sock = _bind_socket(config.host, config.port)
         port = sock.getsockname()[1]
         shown = f"[{config.host}]" if ":" in config.host else config.host
-        with _token(config) as token:
+        with _token(config) as identities:
             _info(f"serving MCP (Streamable HTTP) at http://{shown}:{port}/mcp")
-            anyio.run(serve_http, config, token, sock)
+            anyio.run(serve_http, config, identities, sock)
         return 0
     except BridgeError as exc:
         _info(error_text(exc))
@@ -251,19 +298,33 @@ def execute(config: ServeConfig) -> int:
 SERVE_HELP = """Serve verified, confined console sessions to an MCP host (Claude, Cursor, VS Code, ...).
 
 \b
-The model sees one tool, `send`, exactly as the library gives it (no restart,
-clamped waits, no installs), the server's instructions plus the bridge's note,
-and two resources: console://session/sandbox (the verified sandbox, limits and
-deny list) and console://session/transcript (the transcript so far). A client's
-cancel interrupts the running cell.
+The model sees `send` (the library's governed tool: no restart, clamped waits, no
+installs; every optional field nullable, so strict clients work), `console_open`
+(a fresh console and its `console_id`), `console_close` and `console_list`; the
+server's instructions plus the bridge's note; and two resources:
+console://session/sandbox (the verified sandbox and limits) and
+console://session/transcript (the session's own console so far). A client's
+cancel interrupts the running cell. Both protocol eras are served (the 2025
+initialize handshake and 2026-07-28). Nothing is started for `initialize` or a
+listing: a console is claimed at `console_open` or at the first `send`; a
+`send` without `console_id` in an MCP session (or over stdio) uses that
+session's own console.
 
 \b
---transport stdio (default): one client, one session, started at launch;
-closing stdin closes the session (recording finalized) and exits 0.
---transport http: Streamable HTTP at http://HOST:PORT/mcp, one session per MCP
-session (DELETE closes it). Every request needs `Authorization: Bearer TOKEN`
-(--token-file, or a fresh token written to a 0600 file whose path is printed);
-browser origins other than localhost are refused unless --allow-origin.
+--transport stdio (default): one client; closing stdin closes its consoles
+(recordings finalized) and exits 0.
+--transport http: Streamable HTTP at http://HOST:PORT/mcp. Every request needs
+`Authorization: Bearer TOKEN`: --tokens FILE (one `TOKEN OWNER` per line, mode
+0600, re-read on SIGHUP) gives each client its own identity (the console's owner
+in the audit log, the unit of --max-per-client; its consoles and MCP sessions
+are refused to others); else one token (--token-file, or a fresh one written to
+a 0600 file whose path is printed). Browser origins other than localhost are
+refused unless --allow-origin.
+
+\b
+Time limits (both transports): --idle-timeout (no call and no running cell),
+--max-lifetime (default 8 h over stdio, 1 h over HTTP), --max-cell-time (one
+cell; interrupted, state kept). A console closed by a limit says which.
 
 \b
 There is no approval step at a server (no human is there): what the code may
@@ -274,6 +335,7 @@ Examples:
   console-bridge serve
   console-bridge serve --profile workspace --workspace ./project
   console-bridge serve --transport http --port 8765 --max-sessions 4 --warm 1
+  console-bridge serve --transport http --tokens clients.tokens --max-per-client 2
 """
 
 
@@ -298,16 +360,28 @@ def _limits(profile: str, options: dict[str, Any]) -> Limits | None:
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="HTTP: 0 picks one.")
-@click.option("--warm", type=click.IntRange(min=0), help="HTTP: sessions kept started and booted (default 1).")
-@click.option("--max-sessions", type=click.IntRange(min=1), default=8, show_default=True, help="HTTP: live sessions.")
-@click.option("--max-per-client", type=click.IntRange(min=1), help="HTTP: sessions per client address.")
+@click.option("--warm", type=click.IntRange(min=0), help="Consoles kept started and booted (default 1).")
+@click.option("--max-sessions", type=click.IntRange(min=1), default=8, show_default=True, help="Live consoles.")
+@click.option("--max-per-client", type=click.IntRange(min=1), help="HTTP: consoles per client identity.")
 @click.option(
     "--idle-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=600.0,
     show_default=True,
     metavar="SECONDS",
-    help="HTTP: a session idle this long is closed.",
+    help="A console with no call and no running cell for this long is closed.",
+)
+@click.option(
+    "--max-lifetime",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="A console is closed this long after it opened (default 28800 over stdio, 3600 over HTTP).",
+)
+@click.option(
+    "--max-cell-time",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="A cell running this long is interrupted (the console and its state are kept). Default: no bound.",
 )
 @click.option(
     "--acquire-timeout",
@@ -318,6 +392,12 @@ def _limits(profile: str, options: dict[str, Any]) -> Limits | None:
     help="HTTP: at capacity, a new MCP session waits this long for a slot, then gets 503.",
 )
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), help="HTTP: read the bearer token here.")
+@click.option(
+    "--tokens",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="HTTP: one `TOKEN OWNER` per line (mode 0600): per-client identities; re-read on SIGHUP.",
+)
 @click.option("--allow-origin", "allowed_origins", multiple=True, metavar="ORIGIN", help="HTTP: an allowed Origin.")
 @click.option("--profile", default="read-only", show_default=True, metavar="NAME|FILE", help="Sandbox profile.")
 @click.option(
@@ -368,9 +448,11 @@ def serve_command(ctx: click.Context, /, **options: Any) -> None:
     if limits is not None:
         console_options["limits"] = limits
     if options["transport"] == "stdio":
-        for name in ("warm", "max_per_client", "token_file"):
+        for name in ("max_per_client", "token_file", "tokens"):
             if options[name] is not None:
                 fail(f"--{name.replace('_', '-')} applies to --transport http only", ExitCode.USAGE)
+    if options["tokens"] is not None and options["token_file"] is not None:
+        fail("--tokens and --token-file exclude each other (put the one token in the --tokens file)", ExitCode.USAGE)
     config = ServeConfig(
         transport=options["transport"],
         host=options["host"],
@@ -379,8 +461,11 @@ def serve_command(ctx: click.Context, /, **options: Any) -> None:
         max_sessions=options["max_sessions"],
         max_per_client=options["max_per_client"],
         idle_timeout=options["idle_timeout"],
+        max_lifetime=options["max_lifetime"],
+        max_cell_time=options["max_cell_time"],
         acquire_timeout=options["acquire_timeout"],
         token_file=options["token_file"],
+        tokens=options["tokens"],
         allowed_origins=tuple(options["allowed_origins"]),
         console_options=console_options,
         workspace=options["workspace"],

@@ -1,21 +1,21 @@
 """Streamable HTTP for ``console-bridge serve``: a gate in front of the MCP SDK's session manager.
 
-Every request passes the gate first: the path (``/mcp``), the bearer token (401), the
-``Origin`` (403, against DNS rebinding) and, for a request that opens an MCP session
-(an ``initialize`` without ``Mcp-Session-Id``), its headers and body checked
-(:func:`opening_refusal`: 406 for an ``Accept`` without JSON and SSE, 415 for a body that is
-not ``application/json``, 400 for one that is not a JSON-RPC ``initialize``, however
-malformed: bad UTF-8, nesting 10^5 deep, not an object) and only then a console claimed from
-the session manager (503 past ``--max-sessions``, 429 past ``--max-per-client``). Nothing
-is started for a refused request, and no malformed request gets a 500 or a traceback.
-The SDK then serves the MCP session; its id is bound to the claimed console, and a ``DELETE``
-of the session closes the console.
+Every request passes the gate first: the path (``/mcp``), the bearer token (401; it names the
+client's identity, see ``_serve_identity``) and the ``Origin`` (403, against DNS rebinding).
+Nothing is claimed here: the SDK serves both protocol eras on the one endpoint (the 2025
+``initialize`` handshake with ``Mcp-Session-Id``, and 2026-07-28's self-contained requests),
+the identity rides on the request (``scope["user"]``, so the SDK refuses an MCP session to any
+other identity), and consoles are claimed on first use by ``Consoles``. A ``DELETE`` of an MCP
+session closes that session's own console. A POST's body is read (bounded) and checked first
+(:func:`opening_refusal` for one without ``Mcp-Session-Id``: 406 for an ``Accept`` without JSON
+and SSE, 415 for a body that is not ``application/json``, 400 for one that is not JSON-RPC, however
+malformed: bad UTF-8, nesting 10^5 deep, not an object), so no malformed request gets a 500 or a
+traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -23,20 +23,21 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import anyio
 import pydantic_core
 from mcp.server import Server, ServerRequestContext
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types import jsonrpc_message_adapter
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, jsonrpc_message_adapter
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
-from console_bridge._console._session import AsyncConsole
-from console_bridge._errors import BridgeError, Busy, ConnectionClosed, NotAllowed
 from console_bridge._identity import Owner
-from console_bridge._manager._async import AsyncSessionManager
-from console_bridge.cli._serve_mcp import instructions_for
+from console_bridge.cli._serve_consoles import Consoles
+from console_bridge.cli._serve_identity import Identities
+from console_bridge.cli._serve_mcp import Caller
 
 __all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "opening_refusal", "origin_allowed"]
 
@@ -59,6 +60,15 @@ def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
 
 def _media_types(header: str) -> set[str]:
     return {part.split(";")[0].strip().lower() for part in header.split(",")}
+
+
+def body_refusal(body: bytes) -> tuple[int, str] | None:
+    """A request body within a session that is not JSON at all (400), checked with bounded recursion."""
+    try:
+        pydantic_core.from_json(body)
+    except (ValueError, RecursionError) as exc:
+        return 400, f"Parse error: the body is not JSON ({str(exc)[:200]})"
+    return None
 
 
 def opening_refusal(headers: dict[str, str], body: bytes) -> tuple[int, str] | None:
@@ -88,31 +98,37 @@ def opening_refusal(headers: dict[str, str], body: bytes) -> tuple[int, str] | N
     return None
 
 
+IDENTITY_KEY = "console_bridge.identity"  # the ASGI scope key the gate puts the caller's identity under
+
+
 @dataclass(frozen=True, slots=True)
 class GateOptions:
-    token: str
     path: str = "/mcp"
     allowed_origins: tuple[str, ...] = ()
-    max_body_bytes: int = 16 * 1024 * 1024  # an opening request is read whole before anything starts
+    max_body_bytes: int = 16 * 1024 * 1024  # a larger request body is refused (413) by the SDK
 
 
 @dataclass(eq=False)
 class Gate:
-    """The ASGI application: checks, claims, binds; the SDK serves the MCP traffic."""
+    """The ASGI application: checks and identifies; the SDK serves the MCP traffic."""
 
-    manager: AsyncSessionManager
-    options: GateOptions
+    consoles: Consoles
+    identities: Identities
+    options: GateOptions = field(default_factory=GateOptions)
     sdk: StreamableHTTPSessionManager | None = None
     server: Server[Any] | None = None
-    sessions: dict[str, AsyncConsole] = field(default_factory=dict)
 
-    async def bind(self, ctx: ServerRequestContext[Any, Any]) -> AsyncConsole:
+    def caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
+        """The identity the gate found for this request, and its MCP session (handshake era only)."""
         request: Any = ctx.request
-        sid = request.headers.get(MCP_SESSION_ID_HEADER) if request is not None else None
-        console = self.sessions.get(sid or "")
-        if console is None:
-            raise ConnectionClosed("this MCP session has no console (it was closed); start a new MCP session")
-        return console
+        scope = getattr(request, "scope", None) or {}
+        identity = scope.get(IDENTITY_KEY)
+        if not isinstance(identity, Owner):
+            raise MCPError(INTERNAL_ERROR, "the request carries no identity (it did not pass the gate)")
+        session = None
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            session = request.headers.get(MCP_SESSION_ID_HEADER)
+        return Caller(identity=identity, session=session)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -124,98 +140,30 @@ class Gate:
         if scope["path"].rstrip("/") != self.options.path:
             await _respond(send, 404, "not found; the MCP endpoint is " + self.options.path)
             return
-        if not self._authorized(headers.get("authorization")):
+        identity = self.identities.authenticate(headers.get("authorization"))
+        if identity is None:
             await _respond(send, 401, "missing or wrong bearer token", {"www-authenticate": "Bearer"})
             return
         if not origin_allowed(headers.get("origin"), self.options.allowed_origins):
             await _respond(send, 403, f"origin {headers.get('origin')!r} is not allowed (--allow-origin)")
             return
-        version = headers.get("mcp-protocol-version")
-        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await _respond(
-                send, 400, f"protocol {version!r} is not served: this server needs the initialize handshake (sessions)"
-            )
-            return
         assert self.sdk is not None
+        user = AuthenticatedUser(AccessToken(token="-", client_id=identity, scopes=[]))
+        scope = {**scope, "user": user, IDENTITY_KEY: Owner(identity)}
         sid = headers.get(MCP_SESSION_ID_HEADER)
-        if sid is None and scope["method"] == "POST":
-            await self._open(scope, receive, send, headers)
-            return
+        if scope["method"] == "POST":
+            body, messages = await _read_body(receive, self.options.max_body_bytes)
+            if body is None:
+                await _respond(send, 413, f"request body over {self.options.max_body_bytes} bytes")
+                return
+            refusal = opening_refusal(headers, body) if sid is None else body_refusal(body)
+            if refusal is not None:  # before the SDK sees it: malformed bodies are 4xx, never a 500
+                await _respond(send, *refusal)
+                return
+            receive = _replay(messages, receive)
         status = await _forward(self.sdk.handle_request, scope, receive, send)
         if sid is not None and scope["method"] == "DELETE" and status is not None and status < 400:
-            await self._close(sid)
-
-    def _authorized(self, header: str | None) -> bool:
-        if header is None or not header.startswith("Bearer "):
-            return False
-        return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), self.options.token.encode())
-
-    async def _open(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
-        """An opening request: read it whole, claim a console only for an ``initialize``."""
-        body, messages = await _read_body(receive, self.options.max_body_bytes)
-        if body is None:
-            await _respond(send, 413, f"request body over {self.options.max_body_bytes} bytes")
-            return
-        replay = _replay(messages, receive)
-        refusal = opening_refusal(headers, body)
-        if refusal is not None:  # checked before a console is claimed: a bad request costs no cold start
-            await _respond(send, *refusal)
-            return
-        if not _is_initialize(body):
-            await _forward(self.sdk.handle_request if self.sdk else _no_app, scope, replay, send)
-            return
-        client = scope.get("client") or ("unknown", 0)
-        owner = Owner(f"mcp-http:{client[0]}")
-        try:
-            console = await self.manager.open(owner=owner)
-        except Busy as exc:
-            await _respond(send, 503, exc.message, {"retry-after": "5"})
-            return
-        except NotAllowed as exc:
-            await _respond(send, 429, exc.message)
-            return
-        except BridgeError as exc:
-            await _respond(send, 500, f"the console could not be started: {exc.message}")
-            return
-        if self.server is not None and self.server.instructions is None:
-            self.server.instructions = instructions_for(console)
-        session_id: list[str] = []
-
-        async def capture(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                for key, value in message.get("headers", []):
-                    if key.decode("latin-1").lower() == MCP_SESSION_ID_HEADER:
-                        session_id.append(value.decode("latin-1"))
-                if message["status"] < 400 and session_id:
-                    self.sessions[session_id[0]] = console
-            await send(message)
-
-        established = False
-        try:
-            assert self.sdk is not None
-            status = await _forward(self.sdk.handle_request, scope, replay, capture)
-            established = status is not None and status < 400 and bool(session_id)
-        finally:
-            if not established:
-                if session_id:
-                    self.sessions.pop(session_id[0], None)
-                with anyio.CancelScope(shield=True):
-                    await self._release(console)
-
-    async def _close(self, sid: str) -> None:
-        console = self.sessions.pop(sid, None)
-        if console is not None:
-            await self._release(console)
-
-    async def _release(self, console: AsyncConsole) -> None:
-        with contextlib.suppress(BridgeError):
-            await self.manager.close(self.manager.id_of(console))
-
-    async def sweep(self) -> None:
-        """Forget bindings whose console ended (culled, crashed)."""
-        for sid, console in list(self.sessions.items()):
-            if console.status().state == "closed":
-                self.sessions.pop(sid, None)
+            await self.consoles.end_session(sid)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         message = await receive()
@@ -232,9 +180,7 @@ class Gate:
             try:
                 yield
             finally:
-                with anyio.CancelScope(shield=True):
-                    for sid in list(self.sessions):
-                        await self._close(sid)
+                await self.consoles.aclose()
 
 
 def make_sdk(
@@ -248,18 +194,6 @@ def make_sdk(
         security_settings=None,
         max_request_body_size=max_body_bytes,
     )
-
-
-async def _no_app(scope: Scope, receive: Receive, send: Send) -> None:
-    await _respond(send, 503, "the server is not ready")
-
-
-def _is_initialize(body: bytes) -> bool:
-    try:
-        message = pydantic_core.from_json(body)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(message, dict) and message.get("method") == "initialize"
 
 
 async def _read_body(receive: Receive, limit: int) -> tuple[bytes | None, list[Message]]:

@@ -1,12 +1,15 @@
-"""The MCP face of ``console-bridge serve``: a low-level MCP ``Server`` over consoles.
+"""The MCP face of ``console-bridge serve``: a low-level MCP ``Server`` over consoles held as handles.
 
-It offers exactly what a console gives a model: the governed ``send`` tool as
-``console.tools()`` builds it (name, description, input schema), the server's own
-instructions plus the bridge's note, and two resources (the verified sandbox and the
-transcript so far). Which console serves a request is decided by ``bind`` (stdio: the
-one session; HTTP: the console of the request's MCP session). No console logic lives
-here: every call goes through the console's own handle, ``status()``, ``recording``
-and ``settle()``.
+The model sees four tools: ``send`` (the console's own governed tool as ``console.tools()``
+builds it, made consistent and strict-safe by ``_serve_contract``, plus ``console_id``),
+``console_open``, ``console_close`` and ``console_list``; the server's instructions plus the
+bridge's note; and two resources (the verified sandbox and the transcript of the session's own
+console). What it reads is learned once at start from a probe console (``learn``), so listing
+and ``initialize`` claim nothing; consoles are claimed on first use through ``Consoles``.
+Which identity and MCP session a request belongs to is decided by ``resolve`` (stdio: the one
+client; HTTP: the bearer token's identity and the ``Mcp-Session-Id``, none under 2026-07-28).
+No console logic lives here: every call goes through the console's own handle, ``status()``,
+``recording`` and ``settle()``.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import base64
 import contextlib
 import json
 import os
+import re
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,25 +31,42 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from console_bridge import __version__
+from console_bridge._confinement._deny import PROBE_MARK
 from console_bridge._console._session import AsyncConsole
-from console_bridge._errors import BridgeError, ConnectionClosed
+from console_bridge._errors import BridgeError, Busy, ConnectionClosed
 from console_bridge._hostfs import open_file
+from console_bridge._identity import Owner
 from console_bridge._results import ToolResult
+from console_bridge.cli._serve_consoles import Consoles, Held
+from console_bridge.cli._serve_contract import CLOSE, CONSOLE_ID, LIST, OPEN, Lifetimes, console_tools, strip_nulls
 
 __all__ = [
     "SANDBOX_URI",
     "TRANSCRIPT_URI",
+    "Caller",
     "ServeOptions",
+    "Template",
     "bridge_note",
     "build_server",
     "instructions_for",
+    "learn",
     "to_call_result",
 ]
 
 SANDBOX_URI = "console://session/sandbox"
 TRANSCRIPT_URI = "console://session/transcript"
 
-Bind = Callable[[ServerRequestContext[Any, Any]], Awaitable[AsyncConsole]]
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request comes from: the authenticated identity, and the MCP session whose own console a
+    ``send`` without ``console_id`` uses (None where there is none: 2026-07-28 over HTTP)."""
+
+    identity: Owner
+    session: str | None
+
+
+Resolve = Callable[[ServerRequestContext[Any, Any]], Caller]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +76,7 @@ class ServeOptions:
     progress_interval: float = 1.0  # a progress notification this often while a send runs (with a progressToken)
     settle_timeout: float = 10.0  # after a client cancel: interrupt the cell and wait this long for it to stop
     transcript_max_bytes: int = 4_000_000  # the transcript resource keeps this many bytes (the tail)
-    turn_timeout: float = 120.0  # a send waits this long for the session's previous send to finish
+    turn_timeout: float = 120.0  # a send waits this long for the console's previous send to finish
 
 
 def bridge_note(console: AsyncConsole) -> str:
@@ -65,12 +85,14 @@ def bridge_note(console: AsyncConsole) -> str:
     sandbox = status.sandbox or {}
     writable = ", ".join(sandbox.get("writable", [])) or "nothing"
     return (
-        "console-bridge: this server runs code in a verified, confined mcp-console session "
+        "console-bridge: this server runs code in verified, confined mcp-console consoles "
         f"(profile {status.profile!r}; network: {sandbox.get('network', 'restricted')}; writable: {writable}). "
-        "State persists between `send` calls within this MCP session; every MCP session has its own fresh "
-        "session. There is no human approval at this server: what code may write is governed by the sandbox "
-        f"profile alone. Resources: {SANDBOX_URI} (the verified sandbox, limits and deny list, JSON) and "
-        f"{TRANSCRIPT_URI} (the transcript of this session so far). Cancelling a `send` interrupts the cell."
+        f"`{OPEN}` gives a fresh console and its `{CONSOLE_ID}`; state persists between `send` calls that pass "
+        f"it. Within an MCP session a `send` without `{CONSOLE_ID}` uses that session's own console (opened at "
+        f"its first send). `{LIST}` shows your consoles, `{CLOSE}` ends one. There is no human approval at this "
+        "server: what code may write is governed by the sandbox profile alone. Resources: "
+        f"{SANDBOX_URI} (the verified sandbox and limits, JSON) and {TRANSCRIPT_URI} (the transcript of this "
+        "session's own console so far). Cancelling a `send` interrupts the cell."
     )
 
 
@@ -95,13 +117,20 @@ def _tool_error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
 
 
-def _validation_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """The advertised schema, except ``timeout_ms``'s maximum: the console clamps a longer wait
-    (mcp-console's own description tells models to ask for 300000 ms), it does not refuse it."""
-    props = dict(schema.get("properties") or {})
-    if isinstance(props.get("timeout_ms"), dict):
-        props["timeout_ms"] = {k: v for k, v in props["timeout_ms"].items() if k != "maximum"}
-    return {**schema, "properties": props}
+def _structured(text: str, data: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=data, is_error=False)
+
+
+def _send_error(exc: BridgeError) -> str:
+    """A console's error in the model's terms (the tool it has is `send`, not the library's methods)."""
+    if isinstance(exc, Busy):
+        return (
+            "a cell is still running in this console; call send with no code to see its output, or with "
+            'control "interrupt" to stop it (nothing was queued)'
+        )
+    if isinstance(exc, ConnectionClosed):
+        return f"{exc.message.removeprefix('send: ')} (call {OPEN} for a fresh console)"
+    return exc.message
 
 
 def _progress_token(ctx: ServerRequestContext[Any, Any]) -> object:
@@ -124,19 +153,45 @@ def read_transcript(console: AsyncConsole, max_bytes: int) -> str:
         data = os.pread(fd, min(size, max_bytes), start)
     finally:
         os.close(fd)
-    text = data.decode("utf-8", errors="replace")
+    text = without_probe(data.decode("utf-8", errors="replace"))
     if start:
         text = f"[console-bridge: the first {start} bytes of the transcript are omitted]\n{text}"
     return text
 
 
+_CALL_HEADING = re.compile(r"^## Call (\d+)\b", re.MULTILINE)
+_HEADING = re.compile(r"^## ", re.MULTILINE)
+
+
+def _section(text: str, start: int) -> int:
+    following = _HEADING.search(text, start + 1)
+    return following.start() if following else len(text)
+
+
+def without_probe(text: str) -> str:
+    """The transcript without the bridge's own confinement probe (its call and its result: the
+    canary paths and the denied places it lists are the host's)."""
+    for match in _CALL_HEADING.finditer(text):
+        end = _section(text, match.start())
+        if PROBE_MARK not in text[match.start() : end]:
+            continue
+        note = "[console-bridge: the confinement probe that ran before the first cell is not shown]\n\n"
+        rest = text[end:]
+        result = re.search(rf"^## Result for call {match.group(1)}\b", rest, re.MULTILINE)
+        if result is not None:
+            rest = rest[: result.start()] + rest[_section(rest, result.start()) :]
+        return text[: match.start()] + note + rest
+    return text
+
+
 def sandbox_document(console: AsyncConsole) -> dict[str, Any]:
+    """The verified sandbox as the model may read it: the advertised policy and the limits, not the
+    list of host files that were found and denied (that would tell which exist)."""
     status = console.status()
     return {
         "sandbox": status.sandbox,
         "profile": status.profile,
         "limits": status.limits,
-        "deny_read": list(status.deny_read),
         "workspace": str(status.workspace),
         "languages": list(status.languages),
         "dependencies": status.dependencies,
@@ -146,76 +201,148 @@ def sandbox_document(console: AsyncConsole) -> dict[str, Any]:
     }
 
 
-def build_server(bind: Bind, options: ServeOptions | None = None, *, instructions: str | None = None) -> Server[Any]:
-    """The MCP server; each request is served by the console ``bind`` gives for it, and what the
-    model sees (the ``send`` tool) is that console's own ``tools()``. ``instructions`` can be set
-    later (``server.instructions = instructions_for(console)``), before the first client initializes."""
-    opts = options or ServeOptions()
-    validators: dict[str, jsonschema.Draft202012Validator] = {}
-    # One send at a time per console (mcp-console refuses a second): a call waits its turn, and a
-    # cancelled call keeps the turn until its cell has stopped, so the next call finds it idle.
-    turns: weakref.WeakKeyDictionary[AsyncConsole, anyio.Lock] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True, slots=True)
+class Template:
+    """What every client reads, learned once at start from a probe console: the tools, the
+    validation schema of ``send``, the instructions and the sandbox document."""
 
-    def model_tool(console: AsyncConsole) -> tuple[types.Tool, jsonschema.Draft202012Validator, Any]:
-        [handle] = console.tools()
-        key = json.dumps(handle.input_schema, sort_keys=True)
-        validator = validators.get(key)
-        if validator is None:
-            validator = validators[key] = jsonschema.Draft202012Validator(_validation_schema(handle.input_schema))
-        tool = types.Tool(name=handle.name, description=handle.description, input_schema=handle.input_schema)
-        return tool, validator, handle
+    tools: list[types.Tool]
+    validation: dict[str, Any]
+    instructions: str
+    sandbox: dict[str, Any]
+    languages: tuple[str, ...]
+
+    @property
+    def send(self) -> types.Tool:
+        return self.tools[0]
+
+
+def learn(console: AsyncConsole, lifetimes: Lifetimes) -> Template:
+    """The template from a started console (its ``tools()``, unchanged, and its status)."""
+    [handle] = console.tools()
+    status = console.status()
+    tools, validation = console_tools(
+        handle.name,
+        handle.description,
+        handle.input_schema,
+        cap=int(status.poll_window * 1000),
+        installs=status.dependencies != "deny",
+        languages=status.languages,
+        lifetimes=lifetimes,
+    )
+    return Template(
+        tools=tools,
+        validation=validation,
+        instructions=instructions_for(console),
+        sandbox=sandbox_document(console),
+        languages=status.languages,
+    )
+
+
+def build_server(
+    consoles: Consoles, template: Template, resolve: Resolve, options: ServeOptions | None = None
+) -> Server[Any]:
+    """The MCP server: every client reads ``template``; each call is served by the console its
+    caller names (``console_id``) or its MCP session's own, claimed on first use."""
+    opts = options or ServeOptions()
+    validator = jsonschema.Draft202012Validator(template.validation)
+    lifetimes = consoles.lifetimes
+    send_name = template.send.name
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        try:
-            tool, _, _ = model_tool(await bind(ctx))
-        except BridgeError as exc:
-            raise MCPError(types.INTERNAL_ERROR, exc.message) from None
-        return types.ListToolsResult(tools=[tool])
+        return types.ListToolsResult(tools=list(template.tools))
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        caller = resolve(ctx)
+        arguments = dict(params.arguments or {})
         try:
-            console = await bind(ctx)
-            tool, validator, model_send = model_tool(console)
+            if params.name == send_name:
+                return await send(ctx, caller, arguments)
+            if params.name == OPEN:
+                if arguments:
+                    return _tool_error(f"{OPEN} takes no arguments; got {', '.join(sorted(arguments))}")
+                held = await consoles.open(caller.identity)
+                return _structured(
+                    f"Opened console {held.console_id}. Pass console_id={held.console_id!r} to {send_name}. "
+                    f"It is {lifetimes.describe()}.",
+                    {
+                        CONSOLE_ID: held.console_id,
+                        "idle_timeout_s": lifetimes.idle_timeout,
+                        "max_lifetime_s": lifetimes.max_lifetime,
+                        "max_cell_time_s": lifetimes.max_cell_time,
+                        "languages": list(template.languages),
+                    },
+                )
+            if params.name == CLOSE:
+                console_id = arguments.get(CONSOLE_ID)
+                if not isinstance(console_id, str) or set(arguments) != {CONSOLE_ID}:
+                    return _tool_error(f"{CLOSE} takes one argument, console_id (a string from {OPEN})")
+                await consoles.close(caller.identity, console_id)
+                return _structured(f"Closed console {console_id}.", {"closed": console_id})
+            if params.name == LIST:
+                listed = consoles.listing(caller.identity)
+                lines = [f"{c[CONSOLE_ID]}: {c['state']}, {c['age_s']:g} s old" for c in listed] or ["no consoles"]
+                return _structured("\n".join(lines), {"consoles": listed})
         except BridgeError as exc:
             return _tool_error(exc.message)
-        if params.name != tool.name:
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; this server offers only {tool.name!r}")
-        arguments = params.arguments or {}
+        offered = ", ".join(t.name for t in template.tools)
+        raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; this server offers {offered}")
+
+    async def send(
+        ctx: ServerRequestContext[Any, Any], caller: Caller, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
         if problems:
             first_problem = problems[0]
             where = "/".join(str(p) for p in first_problem.path) or "arguments"
-            return _tool_error(f"invalid arguments for send ({where}): {first_problem.message[:500]}")
-        token = _progress_token(ctx)
-        lock = turns.setdefault(console, anyio.Lock())
+            return _tool_error(f"invalid arguments for {send_name} ({where}): {first_problem.message[:500]}")
+        given = strip_nulls(arguments)
+        held = await consoles.resolve(caller.identity, given.pop(CONSOLE_ID, None), caller.session)
         with anyio.move_on_after(opts.turn_timeout) as waited:
-            await lock.acquire()
+            await held.turn.acquire()
         if waited.cancelled_caught:
             return _tool_error(
-                f"another send has been running in this session for over {opts.turn_timeout:g} s; "
+                f"another send has been running in this console for over {opts.turn_timeout:g} s; "
                 'poll with an empty send or stop it with control: "interrupt"'
             )
         try:
-            if token is None:
-                result = await model_send(arguments)
-            else:
-                result = await _with_progress(ctx, model_send(arguments), opts.progress_interval)
-        except ConnectionClosed as exc:
-            return _tool_error(f"{exc.message} (start a new MCP session for a fresh console)")
-        except BridgeError as exc:
-            return _tool_error(exc.message)
-        except anyio.get_cancelled_exc_class():
-            # The client cancelled (notifications/cancelled) or the server is stopping. mcp-console
-            # ignores MCP cancellation, so interrupt the cell ourselves, within bounds.
-            with anyio.CancelScope(shield=True), contextlib.suppress(BridgeError):
-                await console.settle(opts.settle_timeout)
-            raise
+            if consoles.overdue(held):
+                await consoles.stop_cell(held)
+            if held.notice is not None:
+                notice, held.notice = held.notice, None
+                return _tool_error(notice)
+            return await _run_send(ctx, held, given)
         finally:
-            lock.release()
+            held.turn.release()
+
+    async def _run_send(ctx: ServerRequestContext[Any, Any], held: Held, given: dict[str, Any]) -> types.CallToolResult:
+        if any(lang in given for lang in ("python", "r", "sql")):
+            consoles.observed(held, running=True)  # the cell's time counts from its submission
+        window = consoles.window_ms(held)
+        if window is not None:
+            given["timeout_ms"] = min(window, given.get("timeout_ms", window))
+        token = _progress_token(ctx)
+        async with consoles.using(held):
+            try:
+                [model_send] = held.console.tools()
+                if token is None:
+                    result = await model_send(given)
+                else:
+                    result = await _with_progress(ctx, model_send(given), opts.progress_interval)
+            except BridgeError as exc:
+                return _tool_error(_send_error(exc))
+            except anyio.get_cancelled_exc_class():
+                # The client cancelled (notifications/cancelled) or the server is stopping. mcp-console
+                # ignores MCP cancellation, so interrupt the cell ourselves, within bounds.
+                with anyio.CancelScope(shield=True), contextlib.suppress(BridgeError):
+                    await held.console.settle(opts.settle_timeout)
+                    consoles.observed(held, running=False)
+                raise
+        consoles.observed(held, running=bool(getattr(result, "running", False)))
         return to_call_result(result)
 
     async def list_resources(
@@ -226,45 +353,63 @@ def build_server(bind: Bind, options: ServeOptions | None = None, *, instruction
                 types.Resource(
                     uri=SANDBOX_URI,
                     name="sandbox",
-                    description="The verified sandbox of this session: advertised policy, limits, deny list (JSON).",
+                    description="The verified sandbox of the consoles here: advertised policy and limits (JSON).",
                     mime_type="application/json",
                 ),
                 types.Resource(
                     uri=TRANSCRIPT_URI,
                     name="transcript",
-                    description="The transcript of this session so far: every cell and its output (Markdown).",
+                    description="The transcript of this MCP session's own console so far: cells and output (Markdown).",
                     mime_type="text/markdown",
                 ),
             ]
         )
+
+    async def list_resource_templates(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[])
+
+    async def list_prompts(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[])
 
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         if uri not in (SANDBOX_URI, TRANSCRIPT_URI):
-            raise MCPError(types.INVALID_PARAMS, f"unknown resource {uri!r}; offered: {SANDBOX_URI}, {TRANSCRIPT_URI}")
-        try:
-            console = await bind(ctx)
-            if uri == SANDBOX_URI:
-                text = json.dumps(sandbox_document(console), indent=2)
-                mime = "application/json"
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"unknown resource {uri!r}; offered: {SANDBOX_URI}, {TRANSCRIPT_URI}",
+            )
+        if uri == SANDBOX_URI:
+            text, mime = json.dumps(template.sandbox, indent=2), "application/json"
+        else:
+            caller = resolve(ctx)
+            held = consoles.session_console(caller.identity, caller.session)
+            mime = "text/markdown"
+            if held is None:
+                text = "(no cell has run in this session yet)\n"
             else:
-                text = await anyio.to_thread.run_sync(read_transcript, console, opts.transcript_max_bytes)
-                mime = "text/markdown"
-        except (BridgeError, OSError) as exc:
-            message = exc.message if isinstance(exc, BridgeError) else str(exc)
-            raise MCPError(types.INTERNAL_ERROR, f"could not read {uri}: {message}") from None
+                try:
+                    text = await anyio.to_thread.run_sync(read_transcript, held.console, opts.transcript_max_bytes)
+                except (BridgeError, OSError) as exc:
+                    message = exc.message if isinstance(exc, BridgeError) else str(exc)
+                    raise MCPError(types.INTERNAL_ERROR, f"could not read {uri}: {message}") from None
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, text=text, mime_type=mime)])
 
     server: Server[Any] = Server(
         "console-bridge",
         version=__version__,
-        instructions=instructions,
+        instructions=template.instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
+        on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
     )
     # The SDK's default OpenTelemetry span per message does nothing here (no exporter is ever set up)
     # but costs every call; the audit log is the record of what ran.

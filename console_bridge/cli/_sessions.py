@@ -90,9 +90,7 @@ def ps_command(as_json: bool) -> None:
 @click.command("kill")
 @click.argument("ids", nargs=-1, required=True)
 @click.option("--force", is_flag=True, help="Kill the session's processes at once (the recording is not finalized).")
-@click.option(
-    "--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for each session to end."
-)
+@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for each session to end.")
 def kill_command(ids: tuple[str, ...], force: bool, timeout: float) -> None:
     """Stop sessions by ID (see `console-bridge ps`).
 

@@ -79,7 +79,9 @@ def make_fake(tmp_path: Path, mode: str) -> Fake:
     script = folder / "server" / FAKE.name
     shutil.copyfile(FAKE, script)
     shutil.copytree(FAKE.parents[1] / "data" / "sandbox_descriptions", folder / "data" / "sandbox_descriptions")
-    fake = Fake(folder / "server" / "mcp-console", folder / "methods.log", folder / "info.json", folder / "version-runs")
+    fake = Fake(
+        folder / "server" / "mcp-console", folder / "methods.log", folder / "info.json", folder / "version-runs"
+    )
     settings = {"FAKE_MODE": mode, "FAKE_LOG": fake.log, "FAKE_INFO": fake.info_file, "FAKE_COUNTER": fake.counter}
     lines = ["#!/bin/sh", *(f"export {key}={shlex.quote(str(value))}" for key, value in settings.items())]
     lines.append(f'exec {shlex.quote(sys.executable)} -I {shlex.quote(str(script))} "$@"')

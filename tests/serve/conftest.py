@@ -139,7 +139,7 @@ def http_server(tmp_path: Path) -> Iterator[object]:
         url = read_stderr_until(proc, r"at (http://\S+/mcp)", START_BOUND, seen).group(1)
         token = token_file.read_text().strip() if token_file is not None else ""
         path = None
-        if token_file is None:
+        if token_file is None and "--tokens" not in args:
             found = [m for line in seen if (m := re.search(r"bearer token written to (\S+)", line))]
             assert found, f"serve did not say where the token is: {seen}"
             path = Path(found[0].group(1))

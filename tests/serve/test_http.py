@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import time
@@ -84,21 +85,34 @@ async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) 
         good = {**ACCEPT, "Authorization": f"Bearer {server.token}"}
         foreign = await http.post(server.url, json=INIT, headers={**good, "Origin": "http://evil.example"})
         assert foreign.status_code == 403
-        assert sessions_started(tmp_path) == 0
         local = await http.post(server.url, json=INIT, headers={**good, "Origin": "http://localhost:3000"})
         assert local.status_code == 200, local.text
         sid = local.headers["mcp-session-id"]
+        # 40 MCP sessions that only initialize and list: no console is started for any of them
+        for _ in range(40):
+            opened = await http.post(server.url, json=INIT, headers=good)
+            assert opened.status_code == 200, opened.text
+            session = {**good, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+            await http.post(server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            listed = await http.post(
+                server.url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=session
+            )
+            assert listed.status_code == 200 and "console_open" in listed.text
+        assert sessions_started(tmp_path) == 0
+    async with client(server) as one, client(server) as two:
+        assert text(await one.call_tool("send", {"python": "6 * 7"})).strip() == "42"  # claimed now
         assert sessions_started(tmp_path) == 1
-        second = await http.post(server.url, json=INIT, headers=good)  # same client address, quota 1
-        assert second.status_code == 429, second.text
+        refused = await two.call_tool("send", {"python": "1"})  # same identity, quota 1
+        assert refused.is_error and "--max-per-client" in text(refused) and "console_close" in text(refused)
         assert sessions_started(tmp_path) == 1
-        # DELETE of the MCP session closes its console
+    # closing the MCP session (DELETE on leaving the client) closed its console
+    deadline = time.monotonic() + 20
+    while sessions_started(tmp_path) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    assert sessions_started(tmp_path) == 0
+    async with httpx2.AsyncClient(timeout=30.0) as http:
         deleted = await http.delete(server.url, headers={**good, "mcp-session-id": sid})
         assert deleted.status_code < 400
-        deadline = time.monotonic() + 20
-        while sessions_started(tmp_path) and time.monotonic() < deadline:
-            await anyio.sleep(0.05)
-        assert sessions_started(tmp_path) == 0
         gone = await http.post(
             server.url,
             json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
@@ -109,26 +123,88 @@ async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) 
     assert leftovers(tmp_path) == []
 
 
-async def test_capacity_503_and_idle_culling(http_server: Any, tmp_path: Path) -> None:
+async def test_capacity_and_idle_culling_are_tool_errors(http_server: Any, tmp_path: Path) -> None:
     server: HttpServer = http_server(
         "--warm", "0", "--max-sessions", "2", "--idle-timeout", "4", "--acquire-timeout", "0.5"
     )
-    async with client(server) as one, client(server) as two:
-        await one.call_tool("send", {"python": "1"})
+    async with client(server) as one, client(server) as two, client(server) as three:
+        await one.call_tool("send", {"python": "kept = 1"})
         await two.call_tool("send", {"python": "1"})
-        async with httpx2.AsyncClient(timeout=30.0) as http:
-            third = await http.post(
-                server.url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {server.token}"}
-            )
-        assert third.status_code == 503, third.text
+        full = await three.call_tool("send", {"python": "1"})
+        assert full.is_error and "no console is free" in text(full) and "--max-sessions" in text(full)
         assert sessions_started(tmp_path) == 2
         # idle culling: no call for longer than --idle-timeout closes both consoles
         deadline = time.monotonic() + 30
         while sessions_started(tmp_path) and time.monotonic() < deadline:
             await anyio.sleep(0.1)
         assert sessions_started(tmp_path) == 0
-    # room again: a new client gets a fresh session
-    async with client(server) as three:
+        told = await one.call_tool("send", {"python": "kept"})
+        assert told.is_error and "4 s without use (--idle-timeout)" in text(told), text(told)
+        # room again: the third session gets a console, and the first one a fresh console
         assert text(await three.call_tool("send", {"python": "6 * 7"})).strip() == "42"
+        fresh = await one.call_tool("send", {"python": "'kept' in globals()"})
+        assert text(fresh).strip() == "False"
+    assert server.stop() == 0
+    assert leftovers(tmp_path) == []
+
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef00"
+
+
+@contextlib.asynccontextmanager
+async def modern(server: HttpServer, token: str) -> AsyncIterator[Any]:
+    """The MCP SDK Client pinned to 2026-07-28 over HTTP (no initialize, no MCP session)."""
+    from mcp import Client
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60.0))
+    async with http, Client(streamable_http_client(server.url, http_client=http), mode="2026-07-28") as sdk:
+        yield sdk
+
+
+async def test_identities_handles_and_the_2026_era(http_server: Any, tmp_path: Path) -> None:
+    tokens = tmp_path / "clients.tokens"
+    tokens.write_text(f"{ALICE} alice\n{BOB} bob\n")
+    tokens.chmod(0o600)
+    audit = tmp_path / "audit.jsonl"
+    server: HttpServer = http_server(
+        "--warm", "0", "--tokens", str(tokens), "--max-per-client", "1", "--audit", str(audit)
+    )
+    async with modern(server, ALICE) as alice:
+        assert alice.protocol_version == "2026-07-28"
+        assert "console_open" in {t.name for t in (await alice.list_tools()).tools}
+        assert sessions_started(tmp_path) == 0
+        bare = await alice.call_tool("send", {"python": "1"})  # no MCP session carries a console here
+        assert bare.is_error and "console_open" in text(bare)
+        opened = await alice.call_tool("console_open", {})
+        assert not opened.is_error, text(opened)
+        console_id = opened.structured_content["console_id"]  # type: ignore[index]
+        await alice.call_tool("send", {"python": "secret = 'alice'", "console_id": console_id})
+        second = await alice.call_tool("console_open", {})
+        assert second.is_error and "--max-per-client" in text(second)
+    async with modern(server, ALICE) as again:  # a reconnect with the same handle keeps the state
+        kept = await again.call_tool("send", {"python": "secret", "console_id": console_id})
+        assert text(kept).strip() == "'alice'"
+    async with modern(server, BOB) as bob:
+        stolen = await bob.call_tool("send", {"python": "secret", "console_id": console_id})
+        assert stolen.is_error and "unknown console_id" in text(stolen) and "alice" not in text(stolen)
+        assert (await bob.call_tool("console_list", {})).structured_content == {"consoles": []}
+        closing = await bob.call_tool("console_close", {"console_id": console_id})
+        assert closing.is_error
+        mine = await bob.call_tool("console_open", {})  # bob's quota is his own
+        assert not mine.is_error, text(mine)
+    # a 2025 MCP session of bob's is refused to alice (the SDK answers as for an unknown session)
+    async with httpx2.AsyncClient(timeout=30.0) as http:
+        opened_session = await http.post(server.url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {BOB}"})
+        sid = opened_session.headers["mcp-session-id"]
+        hijack = await http.post(
+            server.url,
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={**ACCEPT, "Authorization": f"Bearer {ALICE}", "mcp-session-id": sid},
+        )
+        assert hijack.status_code == 404
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    owners = {e.get("owner") for e in events if e.get("event") == "call_start"}
+    assert owners == {"alice", "bob"}, owners  # each console's cells (its probe too) under its client's identity
     assert server.stop() == 0
     assert leftovers(tmp_path) == []

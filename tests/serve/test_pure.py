@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from console_bridge import Image, ToolResult
+from console_bridge.cli._serve_contract import validation_schema
 from console_bridge.cli._serve_http import origin_allowed
-from console_bridge.cli._serve_mcp import _validation_schema, to_call_result
+from console_bridge.cli._serve_mcp import to_call_result, without_probe
 
 
 @pytest.mark.parametrize(
@@ -38,7 +39,7 @@ def test_validation_schema_drops_only_the_timeout_maximum() -> None:
         "additionalProperties": False,
         "properties": {"timeout_ms": {"type": "integer", "minimum": 0, "maximum": 30000}, "python": {"type": "string"}},
     }
-    relaxed = _validation_schema(schema)
+    relaxed = validation_schema(schema)
     assert relaxed["properties"]["timeout_ms"] == {"type": "integer", "minimum": 0}
     assert relaxed["additionalProperties"] is False
     assert schema["properties"]["timeout_ms"]["maximum"] == 30000  # the advertised schema is untouched
@@ -60,3 +61,17 @@ def test_call_result_keeps_text_and_images() -> None:
     assert call.content[0].text.endswith("[running; poll with an empty send]\n")  # type: ignore[union-attr]
     assert call.content[1].mime_type == "image/png"  # type: ignore[union-attr]
     assert call.is_error is False
+
+
+def test_transcript_hides_the_probe_call() -> None:
+    text = (
+        "# MCP Console recording transcript\n\n## Console process\n\n```json\n{}\n```\n\n"
+        "## Call 1: Python\n\n```python\nprint('console-bridge-probe:' + '{}')  # /root/.npmrc\n```\n\n"
+        "## Session 001 started\n\nok\n\n## Result for call 1\n\n```text\nconsole-bridge-probe:{}\n```\n\n"
+        "## Call 2: Python\n\n```python\nx * 2\n```\n\n## Result for call 2\n\n42\n"
+    )
+    shown = without_probe(text)
+    assert "console-bridge-probe" not in shown and ".npmrc" not in shown
+    assert "## Call 2: Python" in shown and "x * 2" in shown and "## Console process" in shown
+    assert "## Session 001 started" in shown and "## Result for call 2" in shown and "Result for call 1" not in shown
+    assert without_probe("## Call 1: Python\nx\n") == "## Call 1: Python\nx\n"

@@ -41,11 +41,18 @@ async def test_sdk_client_cells_resources_cancel_close(tmp_path: Path) -> None:
         assert init.server_info.name == "console-bridge"
         assert "console-bridge:" in (init.instructions or "")
         assert "Persistent Python" in (init.instructions or "")  # mcp-console's own instructions come first
-        [tool] = (await session.list_tools()).tools
+        tool, *others = (await session.list_tools()).tools
         assert tool.name == "send"
-        assert set(tool.input_schema["properties"]) == {"python", "sql", "timeout_ms", "control", "stdin"}
-        assert tool.input_schema["properties"]["control"]["enum"] == ["interrupt"]
+        assert [t.name for t in others] == ["console_open", "console_close", "console_list"]
+        props = tool.input_schema["properties"]
+        assert set(props) == {"python", "sql", "timeout_ms", "control", "stdin", "console_id"}
+        assert props["control"]["enum"] == ["interrupt", None]
+        assert props["timeout_ms"]["default"] <= props["timeout_ms"]["maximum"] == 30000
         assert "reserved for the host" in (tool.description or "")
+        assert "300000" not in (tool.description or "")
+        # strict clients send every field, the unused ones null: that is a plain cell, not an interrupt
+        nulls = {"sql": None, "timeout_ms": None, "control": None, "stdin": None, "console_id": None}
+        assert text(await session.call_tool("send", {"python": "'no interrupt'", **nulls})).strip() == "'no interrupt'"
 
         await session.call_tool("send", {"python": "x = 21"})
         assert text(await session.call_tool("send", {"python": "x * 2"})).strip() == "42"
@@ -56,9 +63,10 @@ async def test_sdk_client_cells_resources_cancel_close(tmp_path: Path) -> None:
         assert resources == {"console://session/sandbox", "console://session/transcript"}
         sandbox = json.loads((await session.read_resource("console://session/sandbox")).contents[0].text)  # type: ignore[union-attr]
         assert sandbox["sandbox"]["network"] == "restricted" and sandbox["sandbox"]["sandboxed"] is True
-        assert "memory" in sandbox["limits"] and sandbox["deny_read"]
+        assert "memory" in sandbox["limits"] and "deny_read" not in sandbox  # which host files exist stays hidden
         transcript = (await session.read_resource("console://session/transcript")).contents[0].text  # type: ignore[union-attr]
         assert "x * 2" in transcript
+        assert "console-bridge-probe" not in transcript and "canary" not in transcript
 
         # a client cancel (notifications/cancelled) interrupts the cell; the next call works
         progress: list[float] = []
@@ -187,3 +195,53 @@ def test_closing_stdin_finalizes_and_exits_zero(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
     [run] = recordings_of(tmp_path)
     assert finalized(run)
+
+
+async def test_handles_in_both_eras(tmp_path: Path) -> None:
+    """console_open gives a console of its own; its id works across clients of the same server,
+    a closed or made-up id is a tool error that says to call console_open; 2026-07-28 works over stdio."""
+    from mcp import Client
+
+    async with stdio_client(params(tmp_path)) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        assert (await session.list_prompts()).prompts == []
+        assert (await session.list_resource_templates()).resource_templates == []
+        opened = await session.call_tool("console_open", {})
+        assert not opened.is_error, text(opened)
+        assert opened.structured_content is not None
+        console_id = opened.structured_content["console_id"]
+        assert len(console_id) >= 22 and opened.structured_content["idle_timeout_s"] == 600
+        await session.call_tool("send", {"python": "where = 'handle'", "console_id": console_id})
+        await session.call_tool("send", {"python": "where = 'session'"})
+        mine = await session.call_tool("send", {"python": "where", "console_id": console_id})
+        assert text(mine).strip() == "'handle'"
+        assert text(await session.call_tool("send", {"python": "where"})).strip() == "'session'"
+        listed = await session.call_tool("console_list", {})
+        assert listed.structured_content is not None
+        consoles = {c["console_id"]: c for c in listed.structured_content["consoles"]}
+        assert console_id in consoles and len(consoles) == 2
+        assert not consoles[console_id]["session_console"]
+        closed = await session.call_tool("console_close", {"console_id": console_id})
+        assert not closed.is_error, text(closed)
+        gone = await session.call_tool("send", {"python": "1", "console_id": console_id})
+        assert gone.is_error and "console_open" in text(gone) and "console_close" in text(gone)
+        made_up = await session.call_tool("send", {"python": "1", "console_id": "A" * 32})
+        assert made_up.is_error and "unknown console_id" in text(made_up) and "console_open" in text(made_up)
+    await wait_gone(tmp_path)
+    assert leftovers(tmp_path) == []
+    assert len(recordings_of(tmp_path)) == 2 and all(finalized(run) for run in recordings_of(tmp_path))
+
+    async with Client(params(tmp_path), mode="2026-07-28") as client:
+        assert client.protocol_version == "2026-07-28"
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names == ["send", "console_open", "console_close", "console_list"]
+        opened = await client.call_tool("console_open", {})
+        assert opened.structured_content is not None
+        console_id = opened.structured_content["console_id"]
+        await client.call_tool("send", {"python": "kept = 6", "console_id": console_id})
+        again = await client.call_tool("send", {"python": "kept * 7", "console_id": console_id})
+        assert text(again).strip() == "42"
+        # over stdio the process is the client's session in either era: no handle, its own console
+        assert text(await client.call_tool("send", {"python": "'own'"})).strip() == "'own'"
+    await wait_gone(tmp_path)
+    assert leftovers(tmp_path) == []

@@ -1,0 +1,134 @@
+"""serve's model-facing contract (pure): one set of numbers, strict-safe schemas, handles."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from console_bridge.cli._serve_contract import (
+    CONSOLE_ID,
+    Lifetimes,
+    consistent_text,
+    console_tools,
+    strip_nulls,
+)
+
+# What mcp-console 0.0.6 gives (abridged to the sentences that used to contradict serve's caps).
+DESCRIPTION = (
+    "Persistent Python and SQL REPL.\n\n"
+    'Run one cell at a time. You can interrupt a pending call with `send(control="interrupt")`. If work is '
+    "still running, poll with an empty `send`; do not resubmit the cell. When waiting for completion, use "
+    "`timeout_ms=300000` for a long poll; it returns early when work finishes or needs input. Avoid repeated "
+    'short polls such as `timeout_ms=1000`. Defaults: `timeout_ms=60000` (60 seconds), `requirements.action="add"`.'
+    '\n\nconsole-bridge: `timeout_ms` is capped at 30000 ms per call. `control: "restart"` is reserved for the host.'
+)
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "additionalProperties": False,
+    "type": "object",
+    "properties": {
+        "python": {"description": "A Python cell.", "type": ["string", "null"]},
+        "sql": {"description": "A SQL cell.", "type": ["string", "null"]},
+        "timeout_ms": {
+            "description": "Wait for output for up to this many milliseconds (default 60,000). When waiting for "
+            "completion, use `timeout_ms=300000` for a long poll. `0` returns without waiting.",
+            "type": "integer",
+            "format": "uint64",
+            "minimum": 0,
+            "default": 60000,
+            "maximum": 30000,
+        },
+        "control": {
+            "description": "Apply control before same-call stdin/code. `interrupt` requests a cooperative interrupt. "
+            "`restart` discards live state, including debugger and unread input.",
+            "type": "string",
+            "enum": ["interrupt"],
+        },
+        "stdin": {"description": "Text for an active read.", "type": ["string", "null"]},
+    },
+}
+
+
+def tools() -> tuple[list[Any], dict[str, Any]]:
+    return console_tools(
+        "send", DESCRIPTION, SCHEMA, cap=30000, installs=False, languages=("python", "sql"), lifetimes=Lifetimes()
+    )
+
+
+def all_texts(tool: Any) -> list[str]:
+    texts = [tool.description or ""]
+    texts += [p.get("description", "") for p in tool.input_schema["properties"].values()]
+    return texts
+
+
+def test_every_number_agrees_with_the_cap() -> None:
+    [send, *_], _ = tools()
+    timeout = send.input_schema["properties"]["timeout_ms"]
+    assert timeout["maximum"] == 30000 and timeout["default"] <= timeout["maximum"]
+    assert "format" not in timeout
+    for text in all_texts(send):
+        for number in re.findall(r"timeout_ms\s*=\s*`?([0-9][0-9,]*)", text):
+            assert int(number.replace(",", "")) <= 30000, text
+        assert "60,000" not in text and "300000" not in text
+        assert "requirements.action" not in text
+        assert "restart" not in text or "reserved for the host" in text
+    assert "(default and maximum 30000)" in send.input_schema["properties"]["timeout_ms"]["description"]
+
+
+def test_control_lists_only_interrupt_and_null() -> None:
+    [send, *_], _ = tools()
+    assert send.input_schema["properties"]["control"]["enum"] == ["interrupt", None]
+
+
+def test_strict_conversion_keeps_every_field_optional_in_effect() -> None:
+    """OpenAI strict mode (the Agents SDK's conversion) makes every field required: each must take null."""
+    strict_schema = pytest.importorskip("agents.strict_schema")
+    [send, opener, closer, lister], _ = tools()
+    for tool in (send, opener, closer, lister):
+        strict = strict_schema.ensure_strict_json_schema(dict(tool.input_schema))
+        assert strict["additionalProperties"] is False
+        assert set(strict.get("required", [])) == set(strict["properties"])
+    strict = strict_schema.ensure_strict_json_schema(dict(send.input_schema))
+    for name, prop in strict["properties"].items():
+        kinds = prop.get("type")
+        assert (
+            "null" in kinds if isinstance(kinds, list) else any(a.get("type") == "null" for a in prop.get("anyOf", []))
+        ), name
+    # what a strict model sends to run a cell: every field, the unused ones null -> no interrupt reaches the console
+    call = {"python": "1", "sql": None, "timeout_ms": None, "control": None, "stdin": None, CONSOLE_ID: None}
+    assert strip_nulls(call) == {"python": "1"}
+
+
+def test_validation_accepts_nulls_and_clamps_rather_than_refuses() -> None:
+    import jsonschema
+
+    [send, *_], validation = tools()
+    validator = jsonschema.Draft202012Validator(validation)
+    assert not list(validator.iter_errors({"python": "1", "control": None, CONSOLE_ID: None, "timeout_ms": 10**9}))
+    assert list(validator.iter_errors({"control": "restart"}))
+    assert list(validator.iter_errors({"shell": "rm -rf /"}))
+    assert list(validator.iter_errors({"timeout_ms": -1}))
+    assert CONSOLE_ID in send.input_schema["properties"]
+
+
+def test_handle_tools_state_the_lifetimes() -> None:
+    lifetimes = Lifetimes(idle_timeout=600, max_lifetime=3600, max_cell_time=120)
+    [send, opener, closer, lister], _ = console_tools(
+        "send", DESCRIPTION, SCHEMA, cap=30000, installs=False, languages=("python",), lifetimes=lifetimes
+    )
+    for tool in (send, opener):
+        assert "600 s without use" in (tool.description or "")
+        assert "3600 s after it opened" in (tool.description or "")
+        assert "120 s is interrupted" in (tool.description or "")
+    assert opener.output_schema is not None and CONSOLE_ID in opener.output_schema["required"]
+    assert closer.input_schema["required"] == [CONSOLE_ID]
+    assert lister.annotations is not None and lister.annotations.read_only_hint is True
+
+
+def test_consistent_text_keeps_what_agrees() -> None:
+    text = "Use `timeout_ms=20000`. Use `timeout_ms=90000` for long ones. Plain sentence."
+    assert consistent_text(text, 30000, installs=True) == "Use `timeout_ms=20000`. Plain sentence."
+    assert "requirements.python" in consistent_text("Set `requirements.python`.", 30000, installs=True)
+    assert consistent_text("Set `requirements.python`. Other.", 30000, installs=False) == "Other."
