@@ -67,6 +67,22 @@ def yaml_string(text: str) -> str:
 
 
 _PYTHON_STARTUP = r'''
+def _console_bridge_bytecode():
+    # mcp-console points the worker at a bytecode cache (PYTHONPYCACHEPREFIX) that does not exist
+    # and that cells could not be trusted to share: every import compiled from source, every
+    # session. Imports read the environments' own __pycache__ (compiled by pip, read-only to
+    # cells) instead, and the bridge writes no bytecode anywhere; Python started by a cell too.
+    import os, sys
+    sys.pycache_prefix = None
+    sys.dont_write_bytecode = True
+    os.environ.pop("PYTHONPYCACHEPREFIX", None)
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+
+
+_console_bridge_bytecode()
+del _console_bridge_bytecode
+
+
 def _console_bridge_install(_dir_name, _want_sql):
     import json, os, sys, threading, traceback
     folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", _dir_name)
