@@ -82,7 +82,14 @@ class CellResult(ToolResult):
     a poll found no cell running. ``error`` is a :class:`CellFailure` when the cell's code failed, else None;
     ``is_error`` is true exactly when ``error`` is set or the server returned a tool error.
     Output that merely mentions an error (a logged, handled exception; ``Error:`` in
-    data; an R warning) is not a failure. Example::
+    data; an R warning) is not a failure.
+
+    ``text`` is what the cell wrote to stdout, ``stderr`` what it wrote to ``sys.stderr``
+    (warnings, tracebacks, logging); ``segments`` holds both as ``(stream, text)`` pairs in
+    the order they were written and :attr:`combined` joins them. A chunk passed to
+    ``run(on_output=...)`` holds one stream, named by ``stream`` (``"stdout"`` or
+    ``"stderr"``). Output written to file descriptor 2 directly (a subprocess, C code) and
+    R's messages count as stdout. Example::
 
         result = console.run(python="1 / 0")
         result.error.name          # 'ZeroDivisionError'
@@ -96,10 +103,20 @@ class CellResult(ToolResult):
     worker_exited: bool = False
     error: CellFailure | None = None
     idle: bool = False
+    stderr: str = ""
+    stream: str = "stdout"
+    segments: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.error is not None and not self.is_error:
             object.__setattr__(self, "is_error", True)
+
+    @property
+    def combined(self) -> str:
+        """stdout and stderr interleaved as the cell wrote them (what a terminal would show)."""
+        if not self.segments:
+            return self.text + self.stderr
+        return "".join(part for _, part in self.segments)
 
     def raise_for_error(self) -> CellResult:
         """Return this result, or raise :class:`CellError` when the cell's code failed."""

@@ -304,24 +304,31 @@ class ConsoleMagics:
         return console
 
     def _run(self, console: Console, language: str, code: str, timeout: float | None) -> None:
-        out: TextIO = sys.stdout  # the cell's stream; chunks arrive on the console's loop thread
+        # The cell's streams, captured now: chunks arrive on the console's loop thread.
+        out: TextIO = sys.stdout
+        err: TextIO = sys.stderr
         shown: list[str] = []
         images: list[Image] = []
 
         def on_output(chunk: CellResult) -> None:
-            text = chunk.text
-            if text:
-                out.write(text)
-                out.flush()
-                shown.append(text)
+            for stream, text in (("stdout", chunk.text), ("stderr", chunk.stderr)):
+                if text:
+                    target = out if stream == "stdout" else err
+                    target.write(text)
+                    target.flush()
+                    shown.append(text)
             images.extend(chunk.images)
 
         try:
             console.run(on_output=on_output, timeout=timeout, check=True, **{language: code})
         except CellTimeout as exc:
-            seen = "".join(shown)
-            if exc.result is not None and exc.result.text.startswith(seen):
-                out.write(exc.result.text[len(seen) :])
+            # What the interrupt itself printed (where the code was) arrives after the last chunk.
+            seen = len("".join(shown))
+            if exc.result is not None and exc.result.combined.startswith("".join(shown)):
+                for stream, part in exc.result.segments:
+                    rest, seen = part[seen:], max(0, seen - len(part))
+                    if rest:
+                        (out if stream == "stdout" else err).write(rest)
             raise
         except KeyboardInterrupt as exc:
             self._settle(console, out.write)
@@ -349,7 +356,7 @@ class ConsoleMagics:
                         raise
                     time.sleep(min(self.retry_interval, remaining))
                     continue
-                output = result.text
+                output = result.combined
                 if output:
                     write(output)
                 if not result.running:

@@ -5,7 +5,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CellNotice", "bridge_hint", "read_notices", "split_response"]
+__all__ = [
+    "CellNotice",
+    "Segments",
+    "bridge_hint",
+    "cut_segments",
+    "join_segments",
+    "read_notices",
+    "split_response",
+    "split_streams",
+]
+
+#: Frames of each write to the worker's sys.stderr (see ``_outcome``; noncharacters, never text).
+STDERR_START = "\ufdd0"
+STDERR_END = "\ufdd1"
+_MARKERS = re.compile("[\ufdd0\ufdd1]")
+
+Segments = tuple[tuple[str, str], ...]  # (stream, text) in the order the cell wrote them
 
 RUNNING = "[running; poll with an empty send]"
 IDLE = "[idle]"
@@ -144,3 +160,57 @@ BRIDGE_HINT = (
 def bridge_hint(text: str) -> str | None:
     """A clear notice when ``text`` shows the cross-language bridge failing for an old reticulate."""
     return BRIDGE_HINT if any(sign in text for sign in _OLD_RETICULATE) else None
+
+
+def split_streams(text: str) -> tuple[str, Segments]:
+    """Remove the stderr frames from one response: the plain text and its (stream, text) segments.
+
+    Each response is read on its own: a frame cut by the server's output cap ends at the end
+    of the response; a stray end frame is dropped.
+    """
+    if STDERR_START not in text and STDERR_END not in text:
+        return text, ((("stdout", text),) if text else ())
+    segments: list[tuple[str, str]] = []
+    stream = "stdout"
+    position = 0
+    for match in _MARKERS.finditer(text):
+        if match.start() > position:
+            segments.append((stream, text[position : match.start()]))
+        stream = "stderr" if match.group() == STDERR_START else "stdout"
+        position = match.end()
+    if position < len(text):
+        segments.append((stream, text[position:]))
+    merged = join_segments(segments)
+    return "".join(part for _, part in merged), merged
+
+
+def join_segments(segments: list[tuple[str, str]] | Segments) -> Segments:
+    """Adjacent segments of one stream joined; empty ones dropped."""
+    out: list[tuple[str, str]] = []
+    for stream, part in segments:
+        if not part:
+            continue
+        if out and out[-1][0] == stream:
+            out[-1] = (stream, out[-1][1] + part)
+        else:
+            out.append((stream, part))
+    return tuple(out)
+
+
+def cut_segments(segments: Segments, plain: str, kept: str) -> Segments:
+    """The segments of ``kept``, the part of ``plain`` that is the cell's output (notices removed).
+
+    ``kept`` is normally a prefix of ``plain``; otherwise it counts as stdout.
+    """
+    if kept == plain:
+        return segments
+    if not plain.startswith(kept):
+        return (("stdout", kept),) if kept else ()
+    out: list[tuple[str, str]] = []
+    remaining = len(kept)
+    for stream, part in segments:
+        if remaining <= 0:
+            break
+        out.append((stream, part[:remaining]))
+        remaining -= len(part)
+    return join_segments(out)

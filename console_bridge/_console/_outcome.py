@@ -83,6 +83,38 @@ _console_bridge_bytecode()
 del _console_bridge_bytecode
 
 
+def _console_bridge_streams():
+    # mcp-console merges stderr into stdout. Each write to sys.stderr is framed by two Unicode
+    # noncharacters (_cells.STDERR_START/_END: reserved for internal use, they pass through
+    # mcp-console) so the bridge can tell the streams apart; it removes them. Output written to
+    # file descriptor 2 directly (a subprocess, C code) is not framed and counts as stdout.
+    import sys
+
+    class BridgeStderr:
+        def __init__(self, stream):
+            self._console_bridge_stream = stream
+
+        def write(self, text):
+            if not isinstance(text, str) or not text:
+                return self._console_bridge_stream.write(text)
+            self._console_bridge_stream.write("\ufdd0" + text + "\ufdd1")
+            return len(text)
+
+        def writelines(self, lines):
+            for line in lines:
+                self.write(line)
+
+        def __getattr__(self, name):
+            return getattr(self._console_bridge_stream, name)
+
+    if not hasattr(sys.stderr, "_console_bridge_stream"):
+        sys.stderr = BridgeStderr(sys.stderr)
+
+
+_console_bridge_streams()
+del _console_bridge_streams
+
+
 def _console_bridge_install(_dir_name, _want_sql):
     import json, os, sys, threading, traceback
     folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", _dir_name)

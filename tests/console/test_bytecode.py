@@ -33,8 +33,9 @@ async def test_imports_read_the_environments_bytecode(mcp_console, workspace, re
     async with AsyncConsole(workspace, command=binary, recordings_dir=recordings) as console:
         result = await console.run(python=_COMPILES)
         assert result.text.strip() == "[] None True", result.text
-        env = await console.run(python="import os; print(os.environ.get('PYTHONPYCACHEPREFIX'), "
-                                       "os.environ.get('PYTHONDONTWRITEBYTECODE'))")
+        env = await console.run(
+            python="import os; print(os.environ.get('PYTHONPYCACHEPREFIX'), os.environ.get('PYTHONDONTWRITEBYTECODE'))"
+        )
         assert env.text.strip() == "None 1"
 
 
@@ -42,7 +43,8 @@ async def test_nothing_writes_bytecode_into_a_writable_workspace(mcp_console, wo
     _, binary = mcp_console
     (workspace / "helper_mod.py").write_text("VALUE = 7\n")
     async with AsyncConsole(workspace, profile="workspace", command=binary, recordings_dir=recordings) as console:
-        result = await console.run(python=f"import sys; sys.path.insert(0, {str(workspace)!r})\n"
-                                          "import helper_mod; print(helper_mod.VALUE)")
+        result = await console.run(
+            python=f"import sys; sys.path.insert(0, {str(workspace)!r})\nimport helper_mod; print(helper_mod.VALUE)"
+        )
         assert result.text.strip() == "7"
     assert not (workspace / "__pycache__").exists()
