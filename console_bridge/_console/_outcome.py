@@ -83,6 +83,30 @@ _console_bridge_bytecode()
 del _console_bridge_bytecode
 
 
+def _console_bridge_sources():
+    # Cells compile from strings named "<mcp-console:python:eN>", which linecache cannot read:
+    # tracebacks and warnings showed no source line. Each cell's source is kept in linecache
+    # as Python compiles it (the "compile" audit event), so earlier cells' functions show too.
+    import linecache, sys
+
+    cache = linecache.cache
+
+    def on_audit(event, args):
+        if event == "compile" and len(args) == 2:
+            source, filename = args
+            if isinstance(filename, str) and filename.startswith("<mcp-console:") and filename not in cache:
+                if isinstance(source, bytes):
+                    source = source.decode("utf-8", "replace")
+                if isinstance(source, str):
+                    cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+    sys.addaudithook(on_audit)
+
+
+_console_bridge_sources()
+del _console_bridge_sources
+
+
 def _console_bridge_streams():
     # mcp-console merges stderr into stdout. Each write to sys.stderr is framed by two Unicode
     # noncharacters (_cells.STDERR_START/_END: reserved for internal use, they pass through
@@ -134,11 +158,43 @@ def _console_bridge_install(_dir_name, _want_sql):
         except Exception:
             pass
 
+    private = set()  # ids of mcp-console's own code objects (its printer drops their frames too)
+
+    def public_traceback(error):
+        # The frames people read: the cell's and its libraries', not mcp-console's evaluator
+        # nor this startup code's (the worker's own printer drops the same ones from the text).
+        rendered = traceback.TracebackException.from_exception(error)
+
+        def prune(exception, summary, seen):
+            if exception is None or summary is None or id(exception) in seen:
+                return
+            seen.add(id(exception))
+            frames = []
+            tb = exception.__traceback__
+            for position in summary.stack:
+                if tb is None:
+                    break
+                code = tb.tb_frame.f_code
+                machinery = id(code) in private or code.co_filename == "<console startup>" or (
+                    code.co_filename == "<string>" and code.co_name.startswith("_mcp_console"))
+                if not machinery:
+                    frames.append(position)
+                tb = tb.tb_next
+            summary.stack = traceback.StackSummary.from_list(frames)
+            prune(exception.__cause__, summary.__cause__, seen)
+            prune(exception.__context__, summary.__context__, seen)
+
+        prune(error, rendered, set())
+        return "".join(rendered.format())
+
     def failure(language, error, where=""):
         try:
-            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            text = public_traceback(error)
         except Exception:
-            text = ""
+            try:
+                text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            except Exception:
+                text = ""
         try:
             message = str(error)
         except Exception:
@@ -167,6 +223,8 @@ def _console_bridge_install(_dir_name, _want_sql):
             if index < 0:
                 continue
             original = fn.__defaults__[index]
+            inner = getattr(original, "__defaults__", None) or ()
+            private.update(*(item for item in inner if isinstance(item, set)))
 
             def printer(error, *args, _original=original, **kwargs):
                 failure("python", error)
