@@ -43,7 +43,6 @@ magics; its results render as text plus inline PNGs.
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import sys
 import time
@@ -61,7 +60,7 @@ from console_bridge import (
     CellTimeout,
     Console,
     ConsoleStatus,
-    Image,
+    Output,
     Owner,
     ServerError,
     SessionManager,
@@ -77,7 +76,6 @@ from console_bridge._jupyter._options import (
 __all__ = ["ConsoleMagics", "load_ipython_extension", "unload_ipython_extension"]
 
 _PREFIX = "console-bridge: "
-_TEXT_IMAGES = ("image/svg+xml",)
 _BEING_POLLED = "already being polled"
 _INTERRUPTED = "KeyboardInterrupt: the cell was interrupted; the session and its state are kept"
 _loaded: dict[InteractiveShell, ConsoleMagics] = {}
@@ -91,12 +89,18 @@ def _one_line(exc: BaseException, text: str) -> BaseException:
     return exc
 
 
-def _image_bundle(image: Image) -> dict[str, str]:
-    if image.mime_type in _TEXT_IMAGES:
-        data = image.data.decode("utf-8", errors="replace")
-    else:
-        data = base64.b64encode(image.data).decode("ascii")
-    return {image.mime_type: data, "text/plain": repr(image)}
+class _Value:
+    """The console cell's final value, returned by the magic: IPython shows it as the cell's
+    ``execute_result`` (``Out[n]``) with its whole MIME bundle."""
+
+    def __init__(self, output: Output) -> None:
+        self.output = output
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.output.jupyter_bundle()
+
+    def __repr__(self) -> str:
+        return self.output.text
 
 
 def _format_value(value: object) -> str:
@@ -178,7 +182,7 @@ class ConsoleMagics:
                 manager.shutdown()
 
     # ------------------------------------------------------------------ magics
-    def console_cell(self, line: str, cell: str) -> None:
+    def console_cell(self, line: str, cell: str) -> object:
         """Run the cell in the kernel's MCP Console session.
 
         Usage: ``%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR]
@@ -197,7 +201,8 @@ class ConsoleMagics:
         try:
             console = self._session(plan_session(self.spec, options, cwd=Path.cwd()))
             if cell.strip():
-                self._run(console, options.language, cell, options.timeout)
+                return self._run(console, options.language, cell, options.timeout)
+            return None
         except CellTimeout as exc:
             limit = f"--timeout {options.timeout:g} s" if options.timeout is not None else "its timeout"
             text = f"CellTimeout: the cell ran past {limit}; it was interrupted and the session lives on"
@@ -303,24 +308,35 @@ class ConsoleMagics:
         )
         return console
 
-    def _run(self, console: Console, language: str, code: str, timeout: float | None) -> None:
+    def _run(self, console: Console, language: str, code: str, timeout: float | None) -> _Value | None:
         # The cell's streams, captured now: chunks arrive on the console's loop thread.
         out: TextIO = sys.stdout
         err: TextIO = sys.stderr
         shown: list[str] = []
-        images: list[Image] = []
+        final: list[Output] = []
+        publish = self.shell.display_pub.publish
 
         def on_output(chunk: CellResult) -> None:
-            for stream, text in (("stdout", chunk.text), ("stderr", chunk.stderr)):
-                if text:
-                    target = out if stream == "stdout" else err
-                    target.write(text)
-                    target.flush()
-                    shown.append(text)
-            images.extend(chunk.images)
+            if chunk.stream != "display":
+                for stream, text in (("stdout", chunk.text), ("stderr", chunk.stderr)):
+                    if text:
+                        target = out if stream == "stdout" else err
+                        target.write(text)
+                        target.flush()
+                        shown.append(text)
+            else:
+                shown.append(chunk.text)
+            for output in chunk.outputs:
+                if output.kind == "result":
+                    final.append(output)  # the cell's value: this cell's execute_result
+                else:
+                    out.flush()
+                    err.flush()
+                    publish(data=output.jupyter_bundle())
 
         try:
             console.run(on_output=on_output, timeout=timeout, check=True, **{language: code})
+            return _Value(final[-1]) if final else None
         except CellTimeout as exc:
             # What the interrupt itself printed (where the code was) arrives after the last chunk.
             seen = len("".join(shown))
@@ -333,9 +349,6 @@ class ConsoleMagics:
         except KeyboardInterrupt as exc:
             self._settle(console, out.write)
             raise _one_line(exc, _INTERRUPTED) from None
-        finally:
-            for image in images:
-                self.shell.display_pub.publish(data=_image_bundle(image))
 
     def _settle(self, console: Console, write: Callable[[str], Any]) -> None:
         """Wait, within ``settle_timeout``, until an interrupted cell has stopped; show what it prints.

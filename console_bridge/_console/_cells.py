@@ -19,7 +19,11 @@ __all__ = [
 #: Frames of each write to the worker's sys.stderr (see ``_outcome``; noncharacters, never text).
 STDERR_START = "\ufdd0"
 STDERR_END = "\ufdd1"
-_MARKERS = re.compile("[\ufdd0\ufdd1]")
+#: Frames of a rich result's text/plain on stdout: START id SEP text END (the bundle is in outputs.jsonl).
+DISPLAY_START = "\ufdd2"
+DISPLAY_SEP = "\ufdd3"
+DISPLAY_END = "\ufdd4"
+_MARKERS = re.compile("[\ufdd0-\ufdd4]")
 
 Segments = tuple[tuple[str, str], ...]  # (stream, text) in the order the cell wrote them
 
@@ -162,32 +166,61 @@ def bridge_hint(text: str) -> str | None:
     return BRIDGE_HINT if any(sign in text for sign in _OLD_RETICULATE) else None
 
 
-def split_streams(text: str) -> tuple[str, Segments]:
-    """Remove the stderr frames from one response: the plain text and its (stream, text) segments.
+def split_streams(text: str) -> tuple[str, Segments, tuple[str, ...]]:
+    """Remove the worker's frames from one response: the plain text, its (stream, text) segments
+    and the ids of the rich results shown in it, in order.
 
-    Each response is read on its own: a frame cut by the server's output cap ends at the end
-    of the response; a stray end frame is dropped.
+    ``stream`` is ``"stdout"``, ``"stderr"`` or ``"display"`` (the text/plain of a rich result,
+    one segment each). Each response is read on its own: a frame cut by the server's output
+    cap ends at the end of the response; stray frames are dropped.
     """
-    if STDERR_START not in text and STDERR_END not in text:
-        return text, ((("stdout", text),) if text else ())
+    if _MARKERS.search(text) is None:
+        return text, ((("stdout", text),) if text else ()), ()
     segments: list[tuple[str, str]] = []
-    stream = "stdout"
+    displays: list[str] = []
+    stream = outside = "stdout"
+    reading_id = False
+    ident: list[str] = []
     position = 0
     for match in _MARKERS.finditer(text):
-        if match.start() > position:
-            segments.append((stream, text[position : match.start()]))
-        stream = "stderr" if match.group() == STDERR_START else "stdout"
+        piece = text[position : match.start()]
+        if reading_id:
+            ident.append(piece)
+        elif stream == "display":
+            segments[-1] = ("display", segments[-1][1] + piece)
+        elif piece:
+            segments.append((stream, piece))
         position = match.end()
-    if position < len(text):
-        segments.append((stream, text[position:]))
+        marker = match.group()
+        if marker == STDERR_START and stream != "display":
+            stream = outside = "stderr"
+        elif marker == STDERR_END and stream != "display":
+            stream = outside = "stdout"
+        elif marker == DISPLAY_START:
+            reading_id, ident = True, []
+        elif marker == DISPLAY_SEP and reading_id:
+            reading_id = False
+            displays.append("".join(ident))
+            segments.append(("display", ""))  # filled by the text up to DISPLAY_END
+            stream = "display"
+        elif marker == DISPLAY_END and stream == "display":
+            stream = outside
+    if position < len(text) and not reading_id:
+        if stream == "display":
+            segments[-1] = ("display", segments[-1][1] + text[position:])
+        else:
+            segments.append((stream, text[position:]))
     merged = join_segments(segments)
-    return "".join(part for _, part in merged), merged
+    return "".join(part for _, part in merged), merged, tuple(displays)
 
 
 def join_segments(segments: list[tuple[str, str]] | Segments) -> Segments:
     """Adjacent segments of one stream joined; empty ones dropped."""
     out: list[tuple[str, str]] = []
     for stream, part in segments:
+        if stream == "display":  # one segment per rich result, never joined
+            out.append((stream, part))
+            continue
         if not part:
             continue
         if out and out[-1][0] == stream:

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from console_bridge import CellResult
-from console_bridge._console._cells import STDERR_END, STDERR_START, split_response, split_streams
+from console_bridge import CellResult, Output
+from console_bridge._console._cells import (
+    DISPLAY_END,
+    DISPLAY_SEP,
+    DISPLAY_START,
+    STDERR_END,
+    STDERR_START,
+    split_response,
+    split_streams,
+)
 from console_bridge._console._observe import cell_from, for_model, merge, split_chunk
 from console_bridge._results import ToolResult
 
 E0, E1 = STDERR_START, STDERR_END
+D0, D1, D2 = DISPLAY_START, DISPLAY_SEP, DISPLAY_END
 
 
 def _cell(raw: str, *, ended: bool | None = True) -> CellResult:
-    plain, segments = split_streams(raw)
+    plain, segments, _ids = split_streams(raw)
     notice = split_response(plain, ended=ended)
     return cell_from(
         ToolResult(text=raw, content=[{"type": "text", "text": raw}]), 0.1, notice, segments=segments, plain=plain
@@ -19,7 +28,7 @@ def _cell(raw: str, *, ended: bool | None = True) -> CellResult:
 
 
 def test_frames_split_the_streams_in_order() -> None:
-    plain, segments = split_streams(f"a\n{E0}warn\n{E1}{E0}more\n{E1}b\n")
+    plain, segments, _ = split_streams(f"a\n{E0}warn\n{E1}{E0}more\n{E1}b\n")
     assert plain == "a\nwarn\nmore\nb\n"
     assert segments == (("stdout", "a\n"), ("stderr", "warn\nmore\n"), ("stdout", "b\n"))
 
@@ -30,7 +39,7 @@ def test_a_frame_cut_by_the_output_cap_ends_with_the_response_and_stray_ends_are
         ("stderr", "Traceback\n[output omitted: 9 bytes]"),
     )
     assert split_streams(f"x{E1}y")[1] == (("stdout", "xy"),)
-    assert split_streams("") == ("", ())
+    assert split_streams("") == ("", (), ())
 
 
 def test_a_result_keeps_stdout_in_text_and_stderr_apart_and_notices_out_of_both() -> None:
@@ -60,3 +69,30 @@ def test_the_model_reads_both_streams_interleaved() -> None:
 def test_omitted_output_is_truncated() -> None:
     assert _cell("head\n[output omitted: 120 UTF-8 bytes; raw log: /x]\ntail\n").truncated
     assert not _cell("all of it\n").truncated
+
+
+def test_rich_results_are_framed_text_plain_with_their_ids() -> None:
+    raw = f"a\n{D0}w-1{D1}   x\n0  1\n{D2}{D0}w-2{D1}2\n{D2}b\n"
+    plain, segments, ids = split_streams(raw)
+    assert ids == ("w-1", "w-2") and plain == "a\n   x\n0  1\n2\nb\n"
+    assert segments == (("stdout", "a\n"), ("display", "   x\n0  1\n"), ("display", "2\n"), ("stdout", "b\n"))
+    cell = cell_from(
+        ToolResult(text=raw),
+        0.1,
+        split_response(plain, ended=True),
+        segments=segments,
+        plain=plain,
+        outputs=[
+            Output("display", {"text/plain": "   x", "text/html": "<table/>"}),
+            Output("result", {"text/plain": "2"}),
+        ],
+    )
+    assert cell.text == plain and [o.kind for o in cell.outputs] == ["display", "result"]
+    pieces = split_chunk(cell)
+    assert [(p.stream, [o.kind for o in p.outputs]) for p in pieces] == [
+        ("stdout", []),
+        ("display", ["display"]),
+        ("display", ["result"]),
+        ("stdout", []),
+    ]
+    assert "<table/>" in cell._repr_mimebundle_()["text/html"]
