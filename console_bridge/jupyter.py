@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from IPython.core.error import UsageError
+from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from console_bridge import (
@@ -208,6 +209,8 @@ class ConsoleMagics:
             text = f"CellTimeout: the cell ran past {limit}; it was interrupted and the session lives on"
             raise _one_line(exc, text) from None
         except CellError as exc:
+            if hasattr(exc, "_render_traceback_"):
+                raise  # already worded for the notebook
             failure = exc.error
             what = (
                 f"{failure.name}: {failure.message.strip().splitlines()[0]}"
@@ -335,7 +338,14 @@ class ConsoleMagics:
                     publish(data=output.jupyter_bundle())
 
         try:
-            console.run(on_output=on_output, timeout=timeout, check=True, **{language: code})
+            result = console.run(on_output=on_output, timeout=timeout, **{language: code})
+            failure = result.error
+            while result.waiting_for_input:
+                # The cell called input(): ask through Jupyter's stdin, then follow the cell again.
+                result = self._answer(console, result, on_output)
+                failure = failure or result.error
+            if failure is not None:
+                dataclasses.replace(result, error=failure).raise_for_error()
             return _Value(final[-1]) if final else None
         except CellTimeout as exc:
             # What the interrupt itself printed (where the code was) arrives after the last chunk.
@@ -349,6 +359,42 @@ class ConsoleMagics:
         except KeyboardInterrupt as exc:
             self._settle(console, out.write)
             raise _one_line(exc, _INTERRUPTED) from None
+
+    def _answer(self, console: Console, waiting: CellResult, on_output: Callable[[CellResult], None]) -> CellResult:
+        """Read the answer to the cell's prompt from the notebook's stdin, send it, and follow the cell
+        until it is done or asks again. A frontend without stdin (nbclient, nbconvert) cannot answer:
+        the cell is interrupted, the session kept, and the magic says so."""
+        try:
+            answer = input(waiting.prompt or "")
+        except (EOFError, StdinNotImplementedError):
+            self._interrupt_waiting(console)
+            raise _one_line(
+                CellError("the cell asked for input, which this frontend cannot give", result=waiting),
+                "CellError: the cell called input(), but this frontend does not offer stdin (nbclient, nbconvert); "
+                "the cell was interrupted and the session and its state are kept. Pass data through a file "
+                "(%console_put) or a variable instead.",
+            ) from None
+        except KeyboardInterrupt as exc:
+            self._interrupt_waiting(console)
+            raise _one_line(exc, _INTERRUPTED) from None
+        result = console.send(stdin=answer + "\n")
+        results = [result]
+        on_output(result)
+        while result.running:
+            result = console.poll()
+            results.append(result)
+            on_output(result)
+        errors = [r.error for r in results if r.error is not None]
+        return dataclasses.replace(result, error=errors[0]) if errors else result
+
+    def _interrupt_waiting(self, console: Console) -> None:
+        """Stop a cell that waits for input no one will give; what it prints on the way goes to stderr."""
+        with contextlib.suppress(BridgeError):
+            shown = console.interrupt()
+            if shown.combined:
+                sys.stderr.write(shown.combined)
+            if shown.running:
+                self._settle(console, sys.stderr.write)
 
     def _settle(self, console: Console, write: Callable[[str], Any]) -> None:
         """Wait, within ``settle_timeout``, until an interrupted cell has stopped; show what it prints.

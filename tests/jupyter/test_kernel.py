@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.jupyter.kernel import Kernel, start_kernel
+from tests.jupyter.kernel import Execution, Kernel, start_kernel
 
 pytestmark = [pytest.mark.console, pytest.mark.slow]
 
@@ -296,3 +296,22 @@ def test_kernel_shutdown_leaves_no_process_and_no_temp_folder(tmp_path: Path) ->
     assert living(tree) == [], "a process started by the kernel's session outlived the kernel"
     leftovers = sorted(p.name for p in sessions.iterdir())
     assert leftovers == [], "the session's private folder is still there: the session was not closed at exit"
+
+
+def test_input_in_a_cell_is_asked_through_the_notebooks_stdin(kernel: Kernel) -> None:
+    kernel.run(f"%%console {kernel.console_options}\nkept = 'state'").expect_ok()
+    run = kernel.submit("%%console\nname = input('Name: ')\nprint('hello', name)")
+    request = kernel.kc.get_stdin_msg(timeout=60)
+    assert request["msg_type"] == "input_request" and request["content"]["prompt"] == "Name: "
+    kernel.kc.input("bob")
+    assert kernel.finish(run).expect_ok().stdout == "hello bob\n"
+    # the session is usable at once: no Busy, state kept
+    assert kernel.run("%%console\nprint(kept, name)").expect_ok().stdout == "state bob\n"
+
+
+def test_input_without_stdin_fails_clearly_and_the_session_lives_on(kernel: Kernel) -> None:
+    kernel.run(f"%%console {kernel.console_options}\nkept = 'state'").expect_ok()
+    run = kernel.finish(Execution(kernel.kc.execute("%%console\ninput('Name: ')", allow_stdin=False)))
+    assert run.status == "error" and run.error is not None and run.error["ename"] == "CellError"
+    assert "does not offer stdin" in one_line(run.error)
+    assert kernel.run("%%console\nprint(kept)").expect_ok().stdout == "state\n"
