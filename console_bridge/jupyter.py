@@ -14,8 +14,11 @@ One verified, sandboxed session per kernel, opened by the first ``%%console`` ce
 
 ``%%console [python|sql|r] [--profile P] [--workspace DIR] [--timeout S] [--poll-window S]
 [--recordings-dir DIR] [--python VENV]`` runs the cell in the kernel's session (``--python``:
-the venv the worker's Python runs in). Output streams into the cell as it arrives and
-images (plots) are shown when it ends. Options not given keep what the open session has; a cell
+the venv the worker's Python runs in). Output streams into the cell as it arrives, stdout and
+stderr on their own streams; ``display()`` calls, plots and rich objects (DataFrames as HTML
+tables, ``HTML(...)``, Markdown) appear as ``display_data`` where the cell showed them, and the
+cell's final value as its ``execute_result``. ``input()`` in a cell asks through the notebook's
+stdin (a frontend without stdin gets a clear error; the session lives on). Options not given keep what the open session has; a cell
 that asks for another workspace, profile, poll window, recordings folder or language
 closes the session and opens a new one, and says so (in-memory state is lost).
 ``--timeout`` bounds one cell: past it the cell is interrupted and the session lives on.
