@@ -18,7 +18,8 @@ the venv the worker's Python runs in). Output streams into the cell as it arrive
 stderr on their own streams; ``display()`` calls, plots and rich objects (DataFrames as HTML
 tables, ``HTML(...)``, Markdown) appear as ``display_data`` where the cell showed them, and the
 cell's final value as its ``execute_result``. ``input()`` in a cell asks through the notebook's
-stdin (a frontend without stdin gets a clear error; the session lives on). Options not given keep what the open session has; a cell
+stdin (a frontend without stdin gets a clear error; the session lives on). Options not given
+keep what the open session has; a cell
 that asks for another workspace, profile, poll window, recordings folder or language
 closes the session and opens a new one, and says so (in-memory state is lost).
 ``--timeout`` bounds one cell: past it the cell is interrupted and the session lives on.
