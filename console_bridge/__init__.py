@@ -38,7 +38,7 @@ from console_bridge._errors import (
 from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import ApprovalRequest, Policy
 from console_bridge._identity import Owner, current_owner, run_context
-from console_bridge._results import CellFailure, CellResult, Image, ToolResult
+from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
 
 if TYPE_CHECKING:
     from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Page
@@ -125,6 +125,7 @@ __all__ = [
     "ManagerStats",
     "McpConnection",
     "NotAllowed",
+    "Output",
     "Owner",
     "OwnerMismatch",
     "Page",

@@ -7,7 +7,16 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["CellFailure", "CellResult", "FailureKind", "Image", "ToolResult", "block_text", "result_from_content"]
+__all__ = [
+    "CellFailure",
+    "CellResult",
+    "FailureKind",
+    "Image",
+    "Output",
+    "ToolResult",
+    "block_text",
+    "result_from_content",
+]
 
 FailureKind = Literal["exception", "limit", "worker_exited"]
 
@@ -26,6 +35,78 @@ class Image:
 
     def __repr__(self) -> str:
         return f"Image(mime_type={self.mime_type!r}, {len(self.data)} bytes)"
+
+
+_BINARY = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One rich result of a cell: a ``display()`` (``kind="display"``) or the cell's final value
+    (``kind="result"``), as a MIME bundle the way IPython's display formatter builds it.
+
+    ``data`` maps MIME types to content: ``text/plain`` always; ``text/html``, ``image/png``,
+    ``image/svg+xml``, ``application/json`` (as JSON text), ``text/markdown``, ``text/latex``
+    where the object offers them. Binary images are ``bytes``. A plot the worker captured
+    comes as a ``"display"`` with ``image/png``. Renders in Jupyter as itself. Example::
+
+        result = console.run(python="import pandas as pd; pd.DataFrame({'a': [1, 2]})")
+        result.outputs[-1].data["text/html"]   # '<div>...<table ...'
+    """
+
+    kind: Literal["display", "result"]
+    data: dict[str, str | bytes]
+
+    @property
+    def text(self) -> str:
+        """The ``text/plain`` form."""
+        value = self.data.get("text/plain", "")
+        return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+    def jupyter_bundle(self) -> dict[str, Any]:
+        """``data`` as Jupyter's messages carry it (binary images base64, JSON parsed)."""
+        import json
+
+        bundle: dict[str, Any] = {}
+        for mime, value in self.data.items():
+            if isinstance(value, bytes):
+                bundle[mime] = base64.b64encode(value).decode("ascii")
+            elif mime == "application/json" or mime.endswith("+json"):
+                try:
+                    bundle[mime] = json.loads(value)
+                except ValueError:
+                    continue
+            else:
+                bundle[mime] = value
+        return bundle
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.jupyter_bundle()
+
+    def __repr__(self) -> str:
+        return f"Output(kind={self.kind!r}, {sorted(self.data)})"
+
+
+def output_from_record(kind: object, data: object) -> Output | None:
+    """An :class:`Output` from the worker's JSON record (None when it is not one)."""
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, str | bytes] = {}
+    for mime, value in data.items():
+        mime = str(mime)
+        if mime in _BINARY and isinstance(value, str):
+            try:
+                out[mime] = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                continue
+        elif mime == "application/json" or mime.endswith("+json"):
+            import json
+
+            out[mime] = json.dumps(value)
+        elif isinstance(value, str):
+            out[mime] = value
+    out.setdefault("text/plain", "")
+    return Output("result" if kind == "result" else "display", out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +163,16 @@ class CellResult(ToolResult):
     a poll found no cell running. ``error`` is a :class:`CellFailure` when the cell's code failed, else None;
     ``is_error`` is true exactly when ``error`` is set or the server returned a tool error.
     Output that merely mentions an error (a logged, handled exception; ``Error:`` in
-    data; an R warning) is not a failure. Example::
+    data; an R warning) is not a failure.
+
+    ``text`` is what the cell wrote to stdout, ``stderr`` what it wrote to ``sys.stderr``
+    (warnings, tracebacks, logging); ``segments`` holds both as ``(stream, text)`` pairs in
+    the order they were written and :attr:`combined` joins them. A chunk passed to
+    ``run(on_output=...)`` holds one stream, named by ``stream`` (``"stdout"`` or
+    ``"stderr"``). Output written to file descriptor 2 directly (a subprocess, C code) and
+    R's messages count as stdout. ``outputs`` holds the rich results (:class:`Output`: each
+    ``display()``, the final value, each plot) in order; their ``text/plain`` is part of
+    ``text`` (a chunk showing one has ``stream == "display"``). Example::
 
         result = console.run(python="1 / 0")
         result.error.name          # 'ZeroDivisionError'
@@ -96,10 +186,21 @@ class CellResult(ToolResult):
     worker_exited: bool = False
     error: CellFailure | None = None
     idle: bool = False
+    stderr: str = ""
+    stream: str = "stdout"
+    segments: tuple[tuple[str, str], ...] = ()
+    outputs: list[Output] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.error is not None and not self.is_error:
             object.__setattr__(self, "is_error", True)
+
+    @property
+    def combined(self) -> str:
+        """stdout and stderr interleaved as the cell wrote them (what a terminal would show)."""
+        if not self.segments:
+            return self.text + self.stderr
+        return "".join(part for _, part in self.segments)
 
     def raise_for_error(self) -> CellResult:
         """Return this result, or raise :class:`CellError` when the cell's code failed."""
@@ -121,17 +222,44 @@ class CellResult(ToolResult):
         raise CellError(f"{where} {why}; {fix}", result=self, server=self.server or None)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": self.text}
+        bundle: dict[str, Any] = {"text/plain": self.combined}
         pngs = [image.data for image in self.images if image.mime_type == _PNG]
         if pngs:
-            # One PNG per bundle is the Jupyter convention; the rest are in the HTML.
             bundle["image/png"] = base64.b64encode(pngs[0]).decode("ascii")
-            if len(pngs) > 1:
-                imgs = "".join(
-                    f'<img src="data:image/png;base64,{base64.b64encode(p).decode("ascii")}"/>' for p in pngs
-                )
-                bundle["text/html"] = f"<pre>{_html_escape(self.text)}</pre>{imgs}"
+        if any(set(output.data) - {"text/plain", _PNG} for output in self.outputs):
+            # The output in order, each rich result as its richest HTML form.
+            html: list[str] = []
+            displays = iter(self.outputs)
+            for stream, part in self.segments or (("stdout", self.combined),):
+                if stream == "display":
+                    output = next(displays, None)
+                    html.append(_html_of(output) if output is not None else f"<pre>{_html_escape(part)}</pre>")
+                elif part:
+                    style = ' style="color:#a00"' if stream == "stderr" else ""
+                    html.append(f"<pre{style}>{_html_escape(part)}</pre>")
+            html.extend(_html_of(output) for output in displays)
+            bundle["text/html"] = "".join(html)
+            return bundle
+        if len(pngs) > 1:
+            # One PNG per bundle is the Jupyter convention; the rest are in the HTML.
+            imgs = "".join(f'<img src="data:image/png;base64,{base64.b64encode(p).decode("ascii")}"/>' for p in pngs)
+            bundle["text/html"] = f"<pre>{_html_escape(self.combined)}</pre>{imgs}"
         return bundle
+
+
+def _html_of(output: Output) -> str:
+    data = output.data
+    html = data.get("text/html")
+    if isinstance(html, str):
+        return html
+    for mime in ("image/png", "image/jpeg"):
+        value = data.get(mime)
+        if isinstance(value, bytes):
+            return f'<img src="data:{mime};base64,{base64.b64encode(value).decode("ascii")}"/>'
+    svg = data.get("image/svg+xml")
+    if isinstance(svg, str):
+        return svg
+    return f"<pre>{_html_escape(output.text)}</pre>"
 
 
 def _html_escape(text: str) -> str:

@@ -14,8 +14,12 @@ One verified, sandboxed session per kernel, opened by the first ``%%console`` ce
 
 ``%%console [python|sql|r] [--profile P] [--workspace DIR] [--timeout S] [--poll-window S]
 [--recordings-dir DIR] [--python VENV]`` runs the cell in the kernel's session (``--python``:
-the venv the worker's Python runs in). Output streams into the cell as it arrives and
-images (plots) are shown when it ends. Options not given keep what the open session has; a cell
+the venv the worker's Python runs in). Output streams into the cell as it arrives, stdout and
+stderr on their own streams; ``display()`` calls, plots and rich objects (DataFrames as HTML
+tables, ``HTML(...)``, Markdown) appear as ``display_data`` where the cell showed them, and the
+cell's final value as its ``execute_result``. ``input()`` in a cell asks through the notebook's
+stdin (a frontend without stdin gets a clear error; the session lives on). Options not given
+keep what the open session has; a cell
 that asks for another workspace, profile, poll window, recordings folder or language
 closes the session and opens a new one, and says so (in-memory state is lost).
 ``--timeout`` bounds one cell: past it the cell is interrupted and the session lives on.
@@ -43,8 +47,8 @@ magics; its results render as text plus inline PNGs.
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -52,7 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from IPython.core.error import UsageError
+from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from console_bridge import (
@@ -62,7 +66,7 @@ from console_bridge import (
     CellTimeout,
     Console,
     ConsoleStatus,
-    Image,
+    Output,
     Owner,
     ServerError,
     SessionManager,
@@ -79,7 +83,6 @@ from console_bridge._jupyter._options import (
 __all__ = ["ConsoleMagics", "load_ipython_extension", "unload_ipython_extension"]
 
 _PREFIX = "console-bridge: "
-_TEXT_IMAGES = ("image/svg+xml",)
 _BEING_POLLED = "already being polled"
 _INTERRUPTED = "KeyboardInterrupt: the cell was interrupted; the session and its state are kept"
 _loaded: dict[InteractiveShell, ConsoleMagics] = {}
@@ -93,12 +96,18 @@ def _one_line(exc: BaseException, text: str) -> BaseException:
     return exc
 
 
-def _image_bundle(image: Image) -> dict[str, str]:
-    if image.mime_type in _TEXT_IMAGES:
-        data = image.data.decode("utf-8", errors="replace")
-    else:
-        data = base64.b64encode(image.data).decode("ascii")
-    return {image.mime_type: data, "text/plain": repr(image)}
+class _Value:
+    """The console cell's final value, returned by the magic: IPython shows it as the cell's
+    ``execute_result`` (``Out[n]``) with its whole MIME bundle."""
+
+    def __init__(self, output: Output) -> None:
+        self.output = output
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.output.jupyter_bundle()
+
+    def __repr__(self) -> str:
+        return self.output.text
 
 
 def _format_value(value: object) -> str:
@@ -180,7 +189,7 @@ class ConsoleMagics:
                 manager.shutdown()
 
     # ------------------------------------------------------------------ magics
-    def console_cell(self, line: str, cell: str) -> None:
+    def console_cell(self, line: str, cell: str) -> object:
         """Run the cell in the kernel's MCP Console session.
 
         Usage: ``%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR]
@@ -199,12 +208,15 @@ class ConsoleMagics:
         try:
             console = self._session(plan_session(self.spec, options, cwd=Path.cwd()))
             if cell.strip():
-                self._run(console, options.language, cell, options.timeout)
+                return self._run(console, options.language, cell, options.timeout)
+            return None
         except CellTimeout as exc:
             limit = f"--timeout {options.timeout:g} s" if options.timeout is not None else "its timeout"
             text = f"CellTimeout: the cell ran past {limit}; it was interrupted and the session lives on"
             raise _one_line(exc, text) from None
         except CellError as exc:
+            if hasattr(exc, "_render_traceback_"):
+                raise  # already worded for the notebook
             failure = exc.error
             what = (
                 f"{failure.name}: {failure.message.strip().splitlines()[0]}"
@@ -307,43 +319,109 @@ class ConsoleMagics:
         sys.stderr.write(f"{_PREFIX}{host_line(opened)}\n")
         return console
 
-    def _run(self, console: Console, language: str, code: str, timeout: float | None) -> None:
-        stream: TextIO = sys.stdout  # the cell's stream; chunks arrive on the console's loop thread
-        hygiene = CellOutput(raw=False, environ=os.environ)  # shown, never obeyed (as `console-bridge run`)
-        shown: list[str] = []
-        images: list[Image] = []
+    def _run(self, console: Console, language: str, code: str, timeout: float | None) -> _Value | None:
+        # The cell's streams, captured now: chunks arrive on the console's loop thread. Text is shown,
+        # never obeyed (the same hygiene as `console-bridge run`), on stdout and stderr alike.
+        out: TextIO = sys.stdout
+        err: TextIO = sys.stderr
+        # (one CI fence, on stdout: a second one on stderr could cancel it, the two pipes are read in no order)
+        hygiene = {"stdout": CellOutput(raw=False, environ=os.environ), "stderr": CellOutput(raw=False, environ={})}
+
+        def write_to(stream: str, text: str) -> None:
+            target = out if stream == "stdout" else err
+            inert = hygiene[stream].feed(text)
+            if inert:
+                target.write(hygiene[stream].opening() + inert)
+                target.flush()
 
         def write(text: str) -> None:
-            inert = hygiene.feed(text)
-            if inert:
-                stream.write(hygiene.opening() + inert)
-                stream.flush()
+            write_to("stdout", text)
+
+        shown: list[str] = []
+        final: list[Output] = []
+        publish = self.shell.display_pub.publish
 
         def on_output(chunk: CellResult) -> None:
-            text = chunk.text
-            if text:
-                write(text)
-                shown.append(text)
-            images.extend(chunk.images)
+            if chunk.stream != "display":
+                for stream, text in (("stdout", chunk.text), ("stderr", chunk.stderr)):
+                    if text:
+                        write_to(stream, text)
+                        shown.append(text)
+            else:
+                shown.append(chunk.text)
+            for output in chunk.outputs:
+                if output.kind == "result":
+                    final.append(output)  # the cell's value: this cell's execute_result
+                else:
+                    out.flush()
+                    err.flush()
+                    publish(data=output.jupyter_bundle())
 
         try:
-            console.run(on_output=on_output, timeout=timeout, check=True, **{language: code})
+            result = console.run(on_output=on_output, timeout=timeout, **{language: code})
+            failure = result.error
+            while result.waiting_for_input:
+                # The cell called input(): ask through Jupyter's stdin, then follow the cell again.
+                result = self._answer(console, result, on_output)
+                failure = failure or result.error
+            if failure is not None:
+                dataclasses.replace(result, error=failure).raise_for_error()
+            return _Value(final[-1]) if final else None
         except CellTimeout as exc:
-            seen = "".join(shown)
-            if exc.result is not None and exc.result.text.startswith(seen):
-                write(exc.result.text[len(seen) :])
+            # What the interrupt itself printed (where the code was) arrives after the last chunk.
+            seen = len("".join(shown))
+            if exc.result is not None and exc.result.combined.startswith("".join(shown)):
+                for stream, part in exc.result.segments:
+                    rest, seen = part[seen:], max(0, seen - len(part))
+                    if rest:
+                        write_to(stream, rest)
             raise
         except KeyboardInterrupt as exc:
             self._settle(console, write)
             raise _one_line(exc, _INTERRUPTED) from None
         finally:
-            rest = hygiene.flush()
-            if rest:
-                stream.write(hygiene.opening() + rest)
-            stream.write(hygiene.closing())
-            stream.flush()
-            for image in images:
-                self.shell.display_pub.publish(data=_image_bundle(image))
+            for stream, target in (("stdout", out), ("stderr", err)):
+                rest = hygiene[stream].flush()
+                if rest:
+                    target.write(hygiene[stream].opening() + rest)
+                target.write(hygiene[stream].closing())
+                target.flush()
+
+    def _answer(self, console: Console, waiting: CellResult, on_output: Callable[[CellResult], None]) -> CellResult:
+        """Read the answer to the cell's prompt from the notebook's stdin, send it, and follow the cell
+        until it is done or asks again. A frontend without stdin (nbclient, nbconvert) cannot answer:
+        the cell is interrupted, the session kept, and the magic says so."""
+        try:
+            answer = input(waiting.prompt or "")
+        except (EOFError, StdinNotImplementedError):
+            self._interrupt_waiting(console)
+            raise _one_line(
+                CellError("the cell asked for input, which this frontend cannot give", result=waiting),
+                "CellError: the cell called input(), but this frontend does not offer stdin (nbclient, nbconvert); "
+                "the cell was interrupted and the session and its state are kept. Pass data through a file "
+                "(%console_put) or a variable instead.",
+            ) from None
+        except KeyboardInterrupt as exc:
+            self._interrupt_waiting(console)
+            raise _one_line(exc, _INTERRUPTED) from None
+        result = console.send(stdin=answer + "\n")
+        results = [result]
+        on_output(result)
+        while result.running:
+            result = console.poll()
+            results.append(result)
+            on_output(result)
+        errors = [r.error for r in results if r.error is not None]
+        return dataclasses.replace(result, error=errors[0]) if errors else result
+
+    def _interrupt_waiting(self, console: Console) -> None:
+        """Stop a cell that waits for input no one will give; what it prints on the way goes to stderr."""
+        with contextlib.suppress(BridgeError):
+            shown = console.interrupt()
+            if shown.combined:
+                sys.stderr.write(shown.combined)
+            if shown.running:
+                self._settle(console, sys.stderr.write)
 
     def _settle(self, console: Console, write: Callable[[str], Any]) -> None:
         """Wait, within ``settle_timeout``, until an interrupted cell has stopped; show what it prints.
@@ -364,7 +442,7 @@ class ConsoleMagics:
                         raise
                     time.sleep(min(self.retry_interval, remaining))
                     continue
-                output = result.text
+                output = result.combined
                 if output:
                     write(output)
                 if not result.running:

@@ -5,7 +5,27 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CellNotice", "bridge_hint", "read_notices", "split_response"]
+__all__ = [
+    "CellNotice",
+    "Segments",
+    "bridge_hint",
+    "cut_segments",
+    "join_segments",
+    "read_notices",
+    "split_response",
+    "split_streams",
+]
+
+#: Frames of each write to the worker's sys.stderr (see ``_outcome``; noncharacters, never text).
+STDERR_START = "\ufdd0"
+STDERR_END = "\ufdd1"
+#: Frames of a rich result's text/plain on stdout: START id SEP text END (the bundle is in outputs.jsonl).
+DISPLAY_START = "\ufdd2"
+DISPLAY_SEP = "\ufdd3"
+DISPLAY_END = "\ufdd4"
+_MARKERS = re.compile("[\ufdd0-\ufdd4]")
+
+Segments = tuple[tuple[str, str], ...]  # (stream, text) in the order the cell wrote them
 
 RUNNING = "[running; poll with an empty send]"
 IDLE = "[idle]"
@@ -144,3 +164,86 @@ BRIDGE_HINT = (
 def bridge_hint(text: str) -> str | None:
     """A clear notice when ``text`` shows the cross-language bridge failing for an old reticulate."""
     return BRIDGE_HINT if any(sign in text for sign in _OLD_RETICULATE) else None
+
+
+def split_streams(text: str) -> tuple[str, Segments, tuple[str, ...]]:
+    """Remove the worker's frames from one response: the plain text, its (stream, text) segments
+    and the ids of the rich results shown in it, in order.
+
+    ``stream`` is ``"stdout"``, ``"stderr"`` or ``"display"`` (the text/plain of a rich result,
+    one segment each). Each response is read on its own: a frame cut by the server's output
+    cap ends at the end of the response; stray frames are dropped.
+    """
+    if _MARKERS.search(text) is None:
+        return text, ((("stdout", text),) if text else ()), ()
+    segments: list[tuple[str, str]] = []
+    displays: list[str] = []
+    stream = outside = "stdout"
+    reading_id = False
+    ident: list[str] = []
+    position = 0
+    for match in _MARKERS.finditer(text):
+        piece = text[position : match.start()]
+        if reading_id:
+            ident.append(piece)
+        elif stream == "display":
+            segments[-1] = ("display", segments[-1][1] + piece)
+        elif piece:
+            segments.append((stream, piece))
+        position = match.end()
+        marker = match.group()
+        if marker == STDERR_START and stream != "display":
+            stream = outside = "stderr"
+        elif marker == STDERR_END and stream != "display":
+            stream = outside = "stdout"
+        elif marker == DISPLAY_START:
+            reading_id, ident = True, []
+        elif marker == DISPLAY_SEP and reading_id:
+            reading_id = False
+            displays.append("".join(ident))
+            segments.append(("display", ""))  # filled by the text up to DISPLAY_END
+            stream = "display"
+        elif marker == DISPLAY_END and stream == "display":
+            stream = outside
+    if position < len(text) and not reading_id:
+        if stream == "display":
+            segments[-1] = ("display", segments[-1][1] + text[position:])
+        else:
+            segments.append((stream, text[position:]))
+    merged = join_segments(segments)
+    return "".join(part for _, part in merged), merged, tuple(displays)
+
+
+def join_segments(segments: list[tuple[str, str]] | Segments) -> Segments:
+    """Adjacent segments of one stream joined; empty ones dropped."""
+    out: list[tuple[str, str]] = []
+    for stream, part in segments:
+        if stream == "display":  # one segment per rich result, never joined
+            out.append((stream, part))
+            continue
+        if not part:
+            continue
+        if out and out[-1][0] == stream:
+            out[-1] = (stream, out[-1][1] + part)
+        else:
+            out.append((stream, part))
+    return tuple(out)
+
+
+def cut_segments(segments: Segments, plain: str, kept: str) -> Segments:
+    """The segments of ``kept``, the part of ``plain`` that is the cell's output (notices removed).
+
+    ``kept`` is normally a prefix of ``plain``; otherwise it counts as stdout.
+    """
+    if kept == plain:
+        return segments
+    if not plain.startswith(kept):
+        return (("stdout", kept),) if kept else ()
+    out: list[tuple[str, str]] = []
+    remaining = len(kept)
+    for stream, part in segments:
+        if remaining <= 0:
+            break
+        out.append((stream, part[:remaining]))
+        remaining -= len(part)
+    return join_segments(out)

@@ -15,13 +15,23 @@ from pathlib import Path
 
 import anyio
 
-from console_bridge._console._cells import CellNotice, bridge_hint, split_response
+from console_bridge._console._cells import (
+    CellNotice,
+    Segments,
+    bridge_hint,
+    cut_segments,
+    join_segments,
+    split_response,
+    split_streams,
+)
 from console_bridge._console._events import CallEvents, EventTail, events_file
 from console_bridge._console._outcome import OutcomeLog, limit_failure, worker_exited_failure
 from console_bridge._console._recordings import Recording
-from console_bridge._results import CellFailure, CellResult, ToolResult
+from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
 
-__all__ = ["CellObserver", "cell_from", "for_model", "merge"]
+__all__ = ["CellObserver", "cell_from", "for_model", "merge", "split_chunk"]
+
+_OMITTED = "[output omitted: "
 
 
 def cell_from(
@@ -31,22 +41,48 @@ def cell_from(
     *,
     is_error: bool = False,
     error: CellFailure | None = None,
+    segments: Segments | None = None,
+    plain: str | None = None,
+    outputs: list[Output] | None = None,
 ) -> CellResult:
-    """One observation: the cell's output only (the server's status notices are in the fields)."""
+    """One observation: the cell's output only (the server's status notices are in the fields).
+
+    ``segments`` are the streams of ``plain`` (the response text without stderr frames, see
+    ``split_streams``); ``notice.output`` is the part of ``plain`` that is output.
+    """
+    if segments is None or plain is None:
+        plain = notice.output
+        segments = (("stdout", plain),) if plain else ()
+    parts = cut_segments(segments, plain, notice.output)
     hint = bridge_hint(notice.output)
-    text = notice.output if hint is None else f"{notice.output.rstrip(chr(10))}\n{hint}\n"
+    if hint is not None:
+        parts = join_segments(
+            [
+                *parts,
+                ("stderr", "\n" if notice.output and not notice.output.endswith("\n") else ""),
+                ("stderr", hint + "\n"),
+            ]
+        )
+    text = "".join(part for stream, part in parts if stream != "stderr")
+    stderr = "".join(part for stream, part in parts if stream == "stderr")
+    combined = "".join(part for _, part in parts)
+    shown = sum(1 for stream, _ in parts if stream == "display")
+    rich = (outputs or [])[:shown] + [_plot_output(image) for image in result.images]
     content = result.content
-    if text != result.text:
+    if combined != result.text:
         # The text blocks carry the notices too; keep the images and other blocks, one clean text block.
         others = [block for block in result.content if block.get("type") != "text"]
-        content = ([{"type": "text", "text": text}] if text else []) + others
+        content = ([{"type": "text", "text": combined}] if combined else []) + others
     return CellResult(
         text=text,
+        stderr=stderr,
+        segments=parts,
+        outputs=rich,
         content=content,
         images=result.images,
         structured=result.structured,
         is_error=is_error or result.is_error,
-        truncated=result.truncated,
+        truncated=result.truncated or _OMITTED in combined,
         server=result.server,
         tool=result.tool,
         running=notice.running,
@@ -62,10 +98,13 @@ def cell_from(
 def merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) -> CellResult:
     """One result for a whole cell: every chunk's output and image, and the cell's failure."""
     last = chunks[-1]
-    text = "".join(chunk.text for chunk in chunks)
+    segments = join_segments([segment for chunk in chunks for segment in _segments_of(chunk)])
     errors = [chunk.error for chunk in chunks if chunk.error is not None]
     return CellResult(
-        text=text,
+        text="".join(part for stream, part in segments if stream != "stderr"),
+        stderr="".join(part for stream, part in segments if stream == "stderr"),
+        segments=segments,
+        outputs=[output for chunk in chunks for output in chunk.outputs],
         content=[block for chunk in chunks for block in chunk.content],
         images=[image for chunk in chunks for image in chunk.images],
         structured=last.structured,
@@ -80,6 +119,49 @@ def merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) ->
         worker_exited=any(chunk.worker_exited for chunk in chunks),
         error=errors[0] if errors else None,
     )
+
+
+def _plot_output(image: Image) -> Output:
+    """A plot the worker captured, as a display of its image."""
+    data: dict[str, str | bytes] = {"text/plain": repr(image)}
+    data[image.mime_type] = image.data if image.mime_type != "image/svg+xml" else image.data.decode("utf-8", "replace")
+    return Output("display", data)
+
+
+def _segments_of(chunk: CellResult) -> Segments:
+    if chunk.segments:
+        return chunk.segments
+    return join_segments([("stdout", chunk.text), ("stderr", chunk.stderr)])
+
+
+def split_chunk(chunk: CellResult) -> list[CellResult]:
+    """One observation as the chunks ``run(on_output=...)`` passes on: one per stream segment, in
+    order (the images and status with the last); a chunk without output stays one."""
+    segments = _segments_of(chunk)
+    if len(segments) <= 1 and not (segments and segments[0][0] == "display" and len(chunk.outputs) > 1):
+        stream = segments[0][0] if segments else "stdout"
+        return [dataclasses.replace(chunk, stream=stream)]
+    out: list[CellResult] = []
+    shown = iter(chunk.outputs)
+    plots = chunk.outputs[sum(1 for stream, _ in segments if stream == "display") :]
+    for index, (stream, part) in enumerate(segments):
+        last = index == len(segments) - 1
+        mine = [output] if stream == "display" and (output := next(shown, None)) is not None else []
+        piece = dataclasses.replace(
+            chunk,
+            text=part if stream != "stderr" else "",
+            stderr=part if stream == "stderr" else "",
+            segments=((stream, part),),
+            outputs=mine + (plots if last else []),
+            stream=stream,
+            content=[{"type": "text", "text": part}]
+            + ([b for b in chunk.content if b.get("type") != "text"] if last else []),
+            images=chunk.images if last else [],
+        )
+        if not last:
+            piece = dataclasses.replace(piece, running=True, error=None, is_error=False, waiting_for_input=False)
+        out.append(piece)
+    return out
 
 
 def for_model(result: CellResult) -> CellResult:
@@ -100,9 +182,13 @@ def for_model(result: CellResult) -> CellResult:
         lines.append("[idle]")
     if result.error is not None and result.error.kind != "worker_exited":
         lines.append(f"[console-bridge: the cell failed: {result.error}]".replace("\n", " "))
+    combined = result.combined
     if not lines:
-        return result
-    text = result.text if not result.text or result.text.endswith("\n") else result.text + "\n"
+        if combined == result.text:
+            return result
+        others = [block for block in result.content if block.get("type") != "text"]
+        return dataclasses.replace(result, text=combined, content=[{"type": "text", "text": combined}, *others])
+    text = combined if not combined or combined.endswith("\n") else combined + "\n"
     text += "\n".join(lines)
     others = [block for block in result.content if block.get("type") != "text"]
     return dataclasses.replace(result, text=text, content=[{"type": "text", "text": text}, *others])
@@ -137,6 +223,8 @@ class CellObserver:
         self._mark: tuple[Path | None, int] | None = None
         self._language: str | None = None
         self._events_missing = False
+        self._outputs_offset = 0
+        self._pending_outputs: dict[str, Output] = {}
 
     def notice(self, message: str) -> None:
         if message not in self.notices:
@@ -160,7 +248,9 @@ class CellObserver:
         ended = None if events is None else events.ended
         # Without the recording the cell counts as started now (timeouts stay bounded).
         self.last_started_at = time.time() if events is None else events.started_at
-        notice = split_response(result.text, ended=ended, is_error=is_error or result.is_error)
+        plain, segments, display_ids = split_streams(result.text)
+        outputs = self._outputs_for(display_ids, segments)
+        notice = split_response(plain, ended=ended, is_error=is_error or result.is_error)
         self.last_notice = notice
         error: CellFailure | None = None
         unknown_done = ended is None and not (notice.running or notice.waiting_for_input)
@@ -184,7 +274,36 @@ class CellObserver:
                 if hit is not None:
                     error = limit_failure(hit[0], language, hit[1])
             self._mark = None
-        return cell_from(result, time.monotonic() - started, notice, is_error=is_error, error=error)
+        return cell_from(
+            result,
+            time.monotonic() - started,
+            notice,
+            is_error=is_error,
+            error=error,
+            segments=segments,
+            plain=plain,
+            outputs=outputs,
+        )
+
+    def _outputs_for(self, ids: tuple[str, ...], segments: Segments) -> list[Output]:
+        """The bundles of the rich results shown in one response, in order (a bundle that cannot be
+        read is its text/plain alone)."""
+        if not ids:
+            return []
+        if any(ident not in self._pending_outputs for ident in ids) and self.outcomes is not None:
+            self._outputs_offset, found = self.outcomes.read_outputs(self._outputs_offset)
+            self._pending_outputs.update(found)
+        texts = [part for stream, part in segments if stream == "display"]
+        outputs: list[Output] = []
+        for index, ident in enumerate(ids):
+            output = self._pending_outputs.pop(ident, None)
+            if output is None:
+                plain = texts[index] if index < len(texts) else ""
+                output = Output("display", {"text/plain": plain})
+            outputs.append(output)
+        if len(self._pending_outputs) > 1000:  # shown in a response that was cut: never asked for
+            self._pending_outputs.clear()
+        return outputs
 
     async def _call_events(self, text: str) -> CallEvents | None:
         """The recording's account of the call that returned ``text`` (None: not recorded in time)."""

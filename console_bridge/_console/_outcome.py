@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console_bridge._results import CellFailure
+from console_bridge._results import CellFailure, Output, output_from_record
 
 __all__ = [
     "OUTCOMES_FILE",
@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 OUTCOMES_FILE = "outcomes.jsonl"
+OUTPUTS_FILE = "outputs.jsonl"
 _MAX_READ = 4 * 1024 * 1024
 _MAX_TEXT = 20_000
 
@@ -67,6 +68,201 @@ def yaml_string(text: str) -> str:
 
 
 _PYTHON_STARTUP = r'''
+def _console_bridge_bytecode():
+    # mcp-console points the worker at a bytecode cache (PYTHONPYCACHEPREFIX) that does not exist
+    # and that cells could not be trusted to share: every import compiled from source, every
+    # session. Imports read the environments' own __pycache__ (compiled by pip, read-only to
+    # cells) instead, and the bridge writes no bytecode anywhere; Python started by a cell too.
+    import os, sys
+    sys.pycache_prefix = None
+    sys.dont_write_bytecode = True
+    os.environ.pop("PYTHONPYCACHEPREFIX", None)
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+
+
+_console_bridge_bytecode()
+del _console_bridge_bytecode
+
+
+def _console_bridge_sources():
+    # Cells compile from strings named "<mcp-console:python:eN>", which linecache cannot read:
+    # tracebacks and warnings showed no source line. Each cell's source is kept in linecache
+    # as Python compiles it (the "compile" audit event), so earlier cells' functions show too.
+    import linecache, sys
+
+    cache = linecache.cache
+
+    def on_audit(event, args):
+        if event == "compile" and len(args) == 2:
+            source, filename = args
+            if isinstance(filename, str) and filename.startswith("<mcp-console:") and filename not in cache:
+                if isinstance(source, bytes):
+                    source = source.decode("utf-8", "replace")
+                if isinstance(source, str):
+                    cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+    sys.addaudithook(on_audit)
+
+
+_console_bridge_sources()
+del _console_bridge_sources
+
+
+def _console_bridge_streams():
+    # mcp-console merges stderr into stdout. Each write to sys.stderr is framed by two Unicode
+    # noncharacters (_cells.STDERR_START/_END: reserved for internal use, they pass through
+    # mcp-console) so the bridge can tell the streams apart; it removes them. Output written to
+    # file descriptor 2 directly (a subprocess, C code) is not framed and counts as stdout.
+    import sys
+
+    class BridgeStderr:
+        def __init__(self, stream):
+            self._console_bridge_stream = stream
+
+        def write(self, text):
+            if not isinstance(text, str) or not text:
+                return self._console_bridge_stream.write(text)
+            self._console_bridge_stream.write("\ufdd0" + text + "\ufdd1")
+            return len(text)
+
+        def writelines(self, lines):
+            for line in lines:
+                self.write(line)
+
+        def __getattr__(self, name):
+            return getattr(self._console_bridge_stream, name)
+
+    if not hasattr(sys.stderr, "_console_bridge_stream"):
+        sys.stderr = BridgeStderr(sys.stderr)
+
+
+_console_bridge_streams()
+del _console_bridge_streams
+
+
+def _console_bridge_displays(path):
+    # Rich results, the way IPython's display formatter builds them: the cell's final value and
+    # each display() become a MIME bundle, appended as one JSON line to outputs.jsonl; stdout
+    # gets its text/plain framed by noncharacters (_cells.DISPLAY_*) so the bridge knows where
+    # it was shown. IPython's own display() is redirected here when a cell imports it.
+    import base64, builtins, itertools, json, os, secrets, sys
+
+    token = secrets.token_hex(4)
+    counter = itertools.count(1)
+    methods = (
+        ("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"), ("text/latex", "_repr_latex_"),
+        ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"), ("image/jpeg", "_repr_jpeg_"),
+        ("application/json", "_repr_json_"),
+    )
+    limit = 20 * 1024 * 1024
+
+    def encode(mime, value):
+        if isinstance(value, tuple) and len(value) == 2:
+            value = value[0]  # (data, metadata)
+        if isinstance(value, (bytes, bytearray)):
+            if mime.startswith("image/") and mime != "image/svg+xml":
+                return base64.b64encode(bytes(value)).decode("ascii")
+            return bytes(value).decode("utf-8", "replace")
+        if mime == "application/json":
+            return json.loads(json.dumps(value, default=str))
+        return value if isinstance(value, str) else None
+
+    def bundle(value):
+        data = {}
+        cls = type(value)
+        if getattr(cls, "_repr_mimebundle_", None) is not None:
+            try:
+                got = value._repr_mimebundle_(include=None, exclude=None)
+                if isinstance(got, tuple):
+                    got = got[0]
+                if isinstance(got, dict):
+                    for mime, item in got.items():
+                        encoded = encode(str(mime), item)
+                        if encoded is not None:
+                            data[str(mime)] = encoded
+            except Exception:
+                pass
+        for mime, name in methods:
+            if mime in data or getattr(cls, name, None) is None:
+                continue
+            try:
+                encoded = encode(mime, getattr(value, name)())
+            except Exception:
+                continue
+            if encoded is not None:
+                data[mime] = encoded
+        if "text/plain" not in data:
+            try:
+                data["text/plain"] = repr(value)
+            except Exception as exc:
+                data["text/plain"] = f"<unrepresentable {cls.__name__}: {exc!r}>"
+        return data
+
+    def emit(kind, data):
+        ident = f"{token}-{next(counter)}"
+        data = {mime: item for mime, item in data.items() if len(str(item)) <= limit or mime == "text/plain"}
+        line = json.dumps({"id": ident, "kind": kind, "data": data}, default=str) + "\n"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            try:
+                os.write(fd, line.encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+        except OSError:
+            ident = ""
+        plain = str(data.get("text/plain", ""))
+        sys.stdout.write("\ufdd2" + ident + "\ufdd3" + plain + ("" if plain.endswith("\n") else "\n") + "\ufdd4")
+
+    def displayhook(value):
+        if value is None:
+            return
+        builtins._ = None
+        emit("result", bundle(value))
+        builtins._ = value
+
+    def display(*objs, include=None, exclude=None, metadata=None, transient=None, display_id=None, raw=False,
+                clear=False, **kwargs):
+        for value in objs:
+            if raw and isinstance(value, dict):
+                emit("display", {str(k): v for k, v in value.items()})
+            else:
+                emit("display", bundle(value))
+
+    sys.displayhook = displayhook
+    builtins.display = display
+
+    class IPythonDisplay:
+        """Points IPython's display() here when a cell imports IPython (no kernel runs in the worker)."""
+
+        target = "IPython.core.display_functions"
+
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != self.target:
+                return None
+            import importlib.util
+            sys.meta_path.remove(self)
+            try:
+                spec = importlib.util.find_spec(fullname)
+            finally:
+                sys.meta_path.insert(0, self)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            original = spec.loader.exec_module
+
+            def exec_module(module):
+                original(module)
+                module.display = display
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    loaded = sys.modules.get(IPythonDisplay.target)
+    if loaded is not None:
+        loaded.display = display
+    else:
+        sys.meta_path.insert(0, IPythonDisplay())
+
+
 def _console_bridge_install(_dir_name, _want_sql):
     import json, os, sys, threading, traceback
     folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", _dir_name)
@@ -86,11 +282,43 @@ def _console_bridge_install(_dir_name, _want_sql):
         except Exception:
             pass
 
+    private = set()  # ids of mcp-console's own code objects (its printer drops their frames too)
+
+    def public_traceback(error):
+        # The frames people read: the cell's and its libraries', not mcp-console's evaluator
+        # nor this startup code's (the worker's own printer drops the same ones from the text).
+        rendered = traceback.TracebackException.from_exception(error)
+
+        def prune(exception, summary, seen):
+            if exception is None or summary is None or id(exception) in seen:
+                return
+            seen.add(id(exception))
+            frames = []
+            tb = exception.__traceback__
+            for position in summary.stack:
+                if tb is None:
+                    break
+                code = tb.tb_frame.f_code
+                machinery = id(code) in private or code.co_filename == "<console startup>" or (
+                    code.co_filename == "<string>" and code.co_name.startswith("_mcp_console"))
+                if not machinery:
+                    frames.append(position)
+                tb = tb.tb_next
+            summary.stack = traceback.StackSummary.from_list(frames)
+            prune(exception.__cause__, summary.__cause__, seen)
+            prune(exception.__context__, summary.__context__, seen)
+
+        prune(error, rendered, set())
+        return "".join(rendered.format())
+
     def failure(language, error, where=""):
         try:
-            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            text = public_traceback(error)
         except Exception:
-            text = ""
+            try:
+                text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            except Exception:
+                text = ""
         try:
             message = str(error)
         except Exception:
@@ -119,6 +347,8 @@ def _console_bridge_install(_dir_name, _want_sql):
             if index < 0:
                 continue
             original = fn.__defaults__[index]
+            inner = getattr(original, "__defaults__", None) or ()
+            private.update(*(item for item in inner if isinstance(item, set)))
 
             def printer(error, *args, _original=original, **kwargs):
                 failure("python", error)
@@ -142,6 +372,7 @@ def _console_bridge_install(_dir_name, _want_sql):
         return _original(args)
 
     threading.excepthook = on_thread_error
+    _console_bridge_displays(os.path.join(folder, "outputs.jsonl"))  # OUTPUTS_FILE
 
     class NoSQL:
         """Never used: SQL cells are not offered when SQL is off (the worker insists on a connection)."""
@@ -410,6 +641,40 @@ class OutcomeLog:
         finally:
             os.close(fd)
         return parse_records(data)
+
+
+    def read_outputs(self, offset: int, *, max_bytes: int = 64 * 1024 * 1024) -> tuple[int, dict[str, Output]]:
+        """The rich results the worker appended to ``outputs.jsonl`` (beside the outcomes) after
+        ``offset``: the new offset (complete lines only) and the outputs by id."""
+        path = self._locate()
+        if path is None:
+            return offset, {}
+        try:
+            fd = os.open(path.parent / OUTPUTS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return offset, {}
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size <= offset:
+                return offset, {}
+            os.lseek(fd, offset, os.SEEK_SET)
+            data = os.read(fd, min(info.st_size - offset, max_bytes))
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return offset, {}
+        found: dict[str, Output] = {}
+        for raw in data[: end + 1].split(b"\n"):
+            try:
+                entry: Any = json.loads(raw.decode("utf-8", "replace")) if raw.strip() else None
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                output = output_from_record(entry.get("kind"), entry.get("data"))
+                if output is not None:
+                    found[entry["id"]] = output
+        return offset + end + 1, found
 
 
 def _regular_size(path: Path) -> int | None:

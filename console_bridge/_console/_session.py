@@ -28,7 +28,7 @@ from console_bridge._console._launch import (
     validate_root,
     worker_python,
 )
-from console_bridge._console._observe import CellObserver, for_model, merge
+from console_bridge._console._observe import CellObserver, for_model, merge, split_chunk
 from console_bridge._console._outcome import (
     OutcomeLog,
     python_startup_code,
@@ -803,7 +803,11 @@ class AsyncConsole(NotCopyable):
             # "ready" note (last_started_at) marks the start then, not the end of the phase.
             no_phase = self.version == "0.0.5" and not starting and not (saw_phase and "python" in self.languages)
             if not cell_started and (
-                self._observer.last_started_at is not None or chunk.text or not chunk.running or no_phase
+                self._observer.last_started_at is not None
+                or chunk.text
+                or chunk.stderr
+                or not chunk.running
+                or no_phase
             ):
                 cell_started = True
                 begun = time.monotonic()
@@ -811,10 +815,11 @@ class AsyncConsole(NotCopyable):
                     begun -= max(0.0, time.time() - self._observer.last_started_at)
                 if timeout is not None:
                     deadline = begun + timeout
-            if on_output is not None and (chunk.text or chunk.images or not chunk.running):
-                outcome = on_output(chunk)
-                if isinstance(outcome, Awaitable):
-                    await outcome
+            if on_output is not None and (chunk.text or chunk.stderr or chunk.images or not chunk.running):
+                for piece in split_chunk(chunk):
+                    outcome = on_output(piece)
+                    if isinstance(outcome, Awaitable):
+                        await outcome
             if not chunk.running:
                 result = merge(chunks, time.monotonic() - started)
                 return result.raise_for_error() if check else result
@@ -864,7 +869,7 @@ class AsyncConsole(NotCopyable):
             "[console-bridge: the timed-out cell left threads or processes running; the worker was restarted "
             "to stop them (its state is lost)]\n"
         )
-        return [dataclasses.replace(restart, text=note)]
+        return [dataclasses.replace(restart, text="", stderr=note, segments=(("stderr", note),), content=[])]
 
     async def settle(
         self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None

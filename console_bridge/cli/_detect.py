@@ -23,8 +23,8 @@ def language_for(name: str) -> str | None:
 
 
 def chunk_output(chunk: CellResult) -> str:
-    """A chunk's output (the library has already moved the server's notices into fields)."""
-    return chunk.text
+    """A chunk's output, stdout or stderr (the library has already moved the server's notices into fields)."""
+    return chunk.text + chunk.stderr
 
 
 def code_error(result: CellResult) -> str | None:

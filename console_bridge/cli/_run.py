@@ -389,7 +389,7 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
 
     def on_output(chunk: CellResult) -> None:
         text = chunk_output(chunk)
-        run.streamed.append(chunk.text)
+        run.streamed.append(text)
         if text:
             run.chunks.append(text)
             term.write(text)
@@ -410,7 +410,7 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
         result = await console.run(**code, timeout=remaining, on_output=on_output)
     except CellTimeout as exc:
         # What the interrupt itself printed (where the code was): not streamed by on_output.
-        partial = exc.result.text if exc.result is not None else ""
+        partial = exc.result.combined if exc.result is not None else ""
         streamed = "".join(run.streamed)
         if partial.startswith(streamed) and partial[len(streamed) :].strip() not in ("", "[done]"):
             rest = partial[len(streamed) :]

@@ -85,13 +85,13 @@ async def test_secrets_and_other_sessions_are_unreadable(
         async with _console(workspace, version, profile=profile, languages=langs, recordings_dir=recordings) as c:
             for target in targets:
                 out = await c.run(python=f"print(open({target!r}).read())")
-                assert CANARY not in out.text and "root:" not in out.text, (target, out.text)
-                assert "Error" in out.text, (target, out.text)  # PermissionError / FileNotFoundError
+                assert CANARY not in out.combined and "root:" not in out.combined, (target, out.combined)
+                assert "Error" in out.combined, (target, out.combined)  # PermissionError / FileNotFoundError
                 sql = await c.run(sql=f"select content from read_text('{target}')")
-                assert CANARY not in sql.text and "root:" not in sql.text, (target, sql.text)
+                assert CANARY not in sql.combined and "root:" not in sql.combined, (target, sql.combined)
                 if "r" in langs:
                     r_out = await c.run(r=f'tryCatch(cat(readLines("{target}")), error = function(e) cat("denied"))')
-                    assert CANARY not in r_out.text and "root:" not in r_out.text, (target, r_out.text)
+                    assert CANARY not in r_out.combined and "root:" not in r_out.combined, (target, r_out.combined)
             listing = await c.run(python=f"import os; print(os.listdir({str(home / '.ssh')!r}))")
             assert "id_rsa" not in listing.text
             status = c.status()
@@ -122,7 +122,7 @@ async def test_profile_deny_read_adds_paths(tmp_path: Path, workspace: Path, rec
     )
     async with _console(workspace, profile=str(profile), recordings_dir=recordings) as console:
         out = await console.run(python="print(open('private/data.csv').read())")
-        assert CANARY not in out.text and "PermissionError" in out.text
+        assert CANARY not in out.combined and "PermissionError" in out.combined
         assert (await console.run(python="print(open('public.csv').read())")).text.startswith("a")
 
 
@@ -159,8 +159,8 @@ async def test_fork_bomb_stops_at_the_process_limit(tmp_path: Path, workspace: P
     ):
         assert console.status().limits["processes"]["enforced_by"] in TREE_WIDE
         out = await console.run(python=code, timeout=60)
-        assert "refused after" in out.text, out.text
-        assert int(out.text.split("refused after")[1].split()[0]) < 128
+        assert "refused after" in out.combined, out.combined
+        assert int(out.combined.split("refused after")[1].split()[0]) < 128
         assert out.error is not None and out.error.kind == "limit" and out.error.name == "processes", out.error
         assert "process limit" in out.error.message
         await _works(console)
@@ -196,7 +196,7 @@ async def test_tmpdir_fill_stops_at_its_cap(workspace: Path, recordings: Path) -
             "    for _ in range(100):\n        f.write(b'x' * (1 << 20))"
         )
         out = await console.run(python=code)
-        assert "No space left on device" in out.text, out.text
+        assert "No space left on device" in out.combined, out.combined
         assert out.error is not None and out.error.kind == "limit" and out.error.name == "tmpdir", out.error
         host_tmp = console.status().tmpdir
         assert host_tmp is not None
@@ -254,7 +254,7 @@ async def test_cpu_returns_to_idle_after_a_cell_timeout(workspace: Path, recordi
     async with _console(workspace, recordings_dir=recordings) as console:
         with pytest.raises(CellTimeout) as info:
             await console.run(python=spin, timeout=2)
-        assert "restarted" in info.value.result.text  # type: ignore[union-attr]
+        assert "restarted" in info.value.result.combined  # type: ignore[union-attr]
         deadline = time.monotonic() + 2.0
         while True:
             before = _session_cpu(console)

@@ -118,8 +118,8 @@ async def test_cross_language_bridge(mcp_console, workspace, recordings):
         assert "hello" in from_py.text
         return
     # Debian 12's reticulate 1.28 is too old for mcp-console: the failure must be stated clearly.
-    assert "console-bridge: the Python<->R bridge" in from_r.text, (version, from_r.text)
-    assert "reticulate" in from_r.text and "too old" in from_r.text
+    assert "console-bridge: the Python<->R bridge" in from_r.combined, (version, from_r.combined)
+    assert "reticulate" in from_r.combined and "too old" in from_r.combined
 
 
 def test_r_without_r_installed_is_refused(monkeypatch, tmp_path):

@@ -80,7 +80,7 @@ async def test_cell_timeout_interrupts_and_session_lives_on(mcp_console, workspa
         with pytest.raises(CellTimeout) as caught:
             await console.run(python="print('before', flush=True)\nimport time\ntime.sleep(30)", timeout=1.5)
         assert caught.value.result is not None and "before" in caught.value.result.text
-        assert "KeyboardInterrupt" in caught.value.result.text
+        assert "KeyboardInterrupt" in caught.value.result.stderr
         assert (await console.run(python="kept")).text.strip() == "'yes'"
 
 
@@ -110,7 +110,7 @@ async def test_host_controls_are_host_only(mcp_console, workspace, recordings):
             await console.run(python="1")
         await console.restart()
         gone = await console.run(python="state")
-        assert "NameError" in gone.text
+        assert "NameError" in gone.stderr
 
 
 async def test_model_tool_is_governed(mcp_console, workspace, recordings, tmp_path):
@@ -148,11 +148,12 @@ async def test_sandbox_holds(mcp_console, workspace, recordings, tmp_path):
     async with make(mcp_console, workspace, recordings) as console:
         write = await console.run(python=f"open({str(outside / 'x')!r}, 'w').write('x')")
         # outside the view the folder has no name at all; inside, the sandbox makes it read-only
-        assert any(word in write.text for word in ("Read-only file system", "Permission", "No such file")), write.text
+        words = ("Read-only file system", "Permission", "No such file")
+        assert any(word in write.combined for word in words), write.combined
         ws_write = await console.run(python="open('x.txt', 'w').write('x')")
-        assert "Read-only file system" in ws_write.text
+        assert "Read-only file system" in ws_write.combined
         tcp = await console.run(python="import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 9))")
-        assert "PermissionError" in tcp.text or "Operation not permitted" in tcp.text
+        assert "PermissionError" in tcp.combined or "Operation not permitted" in tcp.combined
         tmp_ok = await console.run(python="import tempfile\nopen(tempfile.gettempdir() + '/t', 'w').write('x')\n'ok'")
         assert "'ok'" in tmp_ok.text
     assert not (outside / "x").exists() and not (workspace / "x.txt").exists()
@@ -168,9 +169,9 @@ async def test_workspace_profile_and_writable_root(mcp_console, workspace, recor
         ok = await console.run(python="open('made.txt', 'w').write('x')\nprint('wrote')")
         assert ok.text == "wrote\n"
         git = await console.run(python="open('.git/config', 'w').write('x')")
-        assert "Read-only file system" in git.text or "Permission" in git.text
+        assert "Read-only file system" in git.combined or "Permission" in git.combined
         agents = await console.run(python="import os\nos.makedirs('.agents/console', exist_ok=True)")
-        assert "Error" in agents.text
+        assert "Error" in agents.combined
         rooted = await console.run(python=f"open({str(root / 'r.txt')!r}, 'w').write('x')\nprint('ok')")
         assert rooted.text == "ok\n"
     assert (workspace / "made.txt").exists() and (root / "r.txt").exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.jupyter.kernel import Kernel, start_kernel
+from tests.jupyter.kernel import Execution, Kernel, start_kernel
 
 pytestmark = [pytest.mark.console, pytest.mark.slow]
 
@@ -52,7 +52,8 @@ def test_cells_share_one_session_with_state(kernel: Kernel) -> None:
     assert first.stdout == "hello 21\n"
     pid = server_pid(kernel)
     assert kernel.run("%%console\nprint(x * 2)").expect_ok().stdout == "42\n"
-    assert kernel.run("%%console python\nx * 2").expect_ok().stdout == "42\n"
+    value = kernel.run("%%console python\nx * 2").expect_ok()
+    assert value.stdout == "" and [c["data"]["text/plain"] for c in value.of_type("execute_result")] == ["42"]
     sql = kernel.run("%%console sql\nselect 42 as answer").expect_ok().stdout
     assert "answer" in sql and "42" in sql
     assert server_pid(kernel) == pid, "every cell ran in the same session"
@@ -88,8 +89,9 @@ def test_output_streams_into_the_cell_while_it_runs(kernel: Kernel) -> None:
 def test_code_that_raises_fails_the_cell_with_its_traceback_shown_once(kernel: Kernel) -> None:
     run = kernel.run(f"%%console {kernel.console_options}\ndef f():\n    return 1 / 0\nf()")
     assert run.status == "error"
-    assert run.stdout.count("Traceback (most recent call last)") == 1
-    assert "ZeroDivisionError: division by zero" in run.stdout
+    # the traceback is the cell's stderr stream, shown once
+    assert run.stderr.count("Traceback (most recent call last)") == 1 and "Traceback" not in run.stdout
+    assert "ZeroDivisionError: division by zero" in run.stderr
     assert run.error is not None and run.error["ename"] == "CellError"
     assert run.error["traceback"] == [
         "CellError: the python cell failed with ZeroDivisionError: division by zero (its output above shows where)"
@@ -108,7 +110,7 @@ def test_a_bridge_error_is_one_line_and_the_session_lives_on(kernel: Kernel) -> 
     assert run.error is not None and run.error["ename"] == "CellTimeout"
     assert one_line(run.error).startswith("CellTimeout: the cell ran past --timeout 1 s; it was interrupted")
     assert run.stdout.startswith("before\n")
-    assert "KeyboardInterrupt" in run.stdout  # the worker's own report of the interrupt
+    assert "KeyboardInterrupt" in run.stderr  # the worker's own report of the interrupt
     # a refused option starts nothing and keeps the open session
     missing = kernel.root / "no-such-folder"
     refused = kernel.run(f"%%console --workspace {missing}\nprint(kept)")
@@ -294,3 +296,22 @@ def test_kernel_shutdown_leaves_no_process_and_no_temp_folder(tmp_path: Path) ->
     assert living(tree) == [], "a process started by the kernel's session outlived the kernel"
     leftovers = sorted(p.name for p in sessions.iterdir())
     assert leftovers == [], "the session's private folder is still there: the session was not closed at exit"
+
+
+def test_input_in_a_cell_is_asked_through_the_notebooks_stdin(kernel: Kernel) -> None:
+    kernel.run(f"%%console {kernel.console_options}\nkept = 'state'").expect_ok()
+    run = kernel.submit("%%console\nname = input('Name: ')\nprint('hello', name)")
+    request = kernel.kc.get_stdin_msg(timeout=60)
+    assert request["msg_type"] == "input_request" and request["content"]["prompt"] == "Name: "
+    kernel.kc.input("bob")
+    assert kernel.finish(run).expect_ok().stdout == "hello bob\n"
+    # the session is usable at once: no Busy, state kept
+    assert kernel.run("%%console\nprint(kept, name)").expect_ok().stdout == "state bob\n"
+
+
+def test_input_without_stdin_fails_clearly_and_the_session_lives_on(kernel: Kernel) -> None:
+    kernel.run(f"%%console {kernel.console_options}\nkept = 'state'").expect_ok()
+    run = kernel.finish(Execution(kernel.kc.execute("%%console\ninput('Name: ')", allow_stdin=False)))
+    assert run.status == "error" and run.error is not None and run.error["ename"] == "CellError"
+    assert "does not offer stdin" in one_line(run.error)
+    assert kernel.run("%%console\nprint(kept)").expect_ok().stdout == "state\n"

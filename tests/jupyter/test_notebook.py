@@ -34,6 +34,8 @@ def _notebook(workspace: Path, recordings: Path) -> nbformat.NotebookNode:
         "import os\nprint('kernel pid', os.getpid())",
         f"%%console {options}\nx = 41\nprint('x is set')",
         "%%console\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
+        "%%console\nimport sys\nimport pandas as pd\nfrom IPython.display import HTML, display\n"
+        "print('to stderr', file=sys.stderr)\ndisplay(HTML('<b>bold</b>'))\npd.DataFrame({'a': [1, 2]})",
         "%%console\nraise ValueError('the notebook stops here')",
         "%%console\nprint('never runs', x + 1)",
     ]
@@ -70,10 +72,19 @@ def test_a_failing_console_cell_stops_the_notebook_there(tmp_path: Path) -> None
     assert any("x is set" in out.get("text", "") for out in outputs[2])
     pngs = [out["data"]["image/png"] for out in outputs[3] if "image/png" in out.get("data", {})]
     assert pngs and base64.b64decode(pngs[0]).startswith(b"\x89PNG")
-    errors = [out for out in outputs[4] if out["output_type"] == "error"]
+    rich = outputs[4]
+    assert [(out["output_type"], out.get("name")) for out in rich] == [
+        ("stream", "stderr"), ("display_data", None), ("execute_result", None)], rich
+    assert rich[0]["text"] == "to stderr\n" and rich[1]["data"]["text/html"] == "<b>bold</b>"
+    assert "<table" in rich[2]["data"]["text/html"] and "a" in rich[2]["data"]["text/plain"]
+    errors = [out for out in outputs[5] if out["output_type"] == "error"]
     assert len(errors) == 1 and errors[0]["ename"] == "CellError"
-    assert "".join(out.get("text", "") for out in outputs[4]).count("Traceback (most recent call last)") == 1
-    assert outputs[5] == []  # the cell after the failure never ran
+    shown = [out for out in outputs[5] if out["output_type"] == "stream"]
+    assert [out["name"] for out in shown] == ["stderr"]
+    assert shown[0]["text"].count("Traceback (most recent call last)") == 1
+    assert "    raise ValueError('the notebook stops here')\n" in shown[0]["text"]  # the cell's own line
+    assert "_mcp_console" not in shown[0]["text"]
+    assert outputs[6] == []  # the cell after the failure never ran
     # Nothing the kernel's session started survives the kernel's shutdown.
     assert kernel_pid is not None and tree
     _gone, alive = psutil.wait_procs(tree, timeout=10)
