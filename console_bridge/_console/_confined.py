@@ -77,6 +77,7 @@ class SessionConfinement:
         self.view: View | None = None
         self._canaries: list[Path] = []
         self._renamed: Path | None = None
+        self._tmp_was_full = False
         self._counters: dict[str, int] = {}
         self._worker: psutil.Process | None = None
         self._r_profile: Path | None = None
@@ -320,7 +321,7 @@ class SessionConfinement:
         for name in ("memory", "processes"):
             if now.get(name, 0) > before.get(name, 0):
                 return name
-        if self.confinement.tmpfs_size is not None and self._tmpfs_full():
+        if self.confinement.tmpfs_size is not None and self._tmpfs_filled():
             return "tmpdir"
         if self.confinement.mechanism("processes") == "userns-rlimit":
             limit = self.confinement.reports["processes"].value
@@ -366,6 +367,12 @@ class SessionConfinement:
         mechanism = report.enforced_by if report is not None else None
         text = _LIMIT_TEXT.get(f"{name}:{mechanism}", _LIMIT_TEXT[name])
         return text.format(value=_human(value))
+
+    def _tmpfs_filled(self) -> bool:
+        """The TMPDIR became full during this cell (a full TMPDIR left from before is not this cell's hit)."""
+        full = self._tmpfs_full()
+        before, self._tmp_was_full = self._tmp_was_full, full
+        return full and not before
 
     def _tmpfs_full(self) -> bool:
         if self._tmp_fd is None:  # kept open: checked after every cell (released with the session)

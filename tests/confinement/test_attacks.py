@@ -202,6 +202,9 @@ async def test_tmpdir_fill_stops_at_its_cap(workspace: Path, recordings: Path) -
         assert host_tmp is not None
         # The tmpfs lives in the session's own mount namespace: nothing landed on the host's disk.
         assert sum(f.stat().st_size for f in host_tmp.rglob("*") if f.is_file()) == 0
+        # the TMPDIR is still full, but the next cell did not run into it: no limit on it
+        after = await console.run(python="print(2)")
+        assert after.error is None and after.text.strip() == "2", after
         await console.run(python="import os; os.remove(os.path.join(os.environ['TMPDIR'], 'fill'))")
         await _works(console)
 

@@ -55,14 +55,14 @@ def _console(workspace: Path, version: str = "0.0.6", **kwargs: object) -> Async
 
 async def _denied(console: AsyncConsole, target: str, languages: tuple[str, ...]) -> None:
     out = await console.run(python=f"print(open({target!r}).read())")
-    assert CANARY not in out.text, (target, out.text)
-    assert "Error" in out.text, (target, out.text)  # FileNotFoundError / PermissionError
+    assert CANARY not in out.combined, (target, out.combined)
+    assert "Error" in out.combined, (target, out.combined)  # FileNotFoundError / PermissionError
     if "sql" in languages:
         sql = await console.run(sql=f"select content from read_text('{target}')")
-        assert CANARY not in sql.text, (target, sql.text)
+        assert CANARY not in sql.combined, (target, sql.combined)
     if "r" in languages:
         r_out = await console.run(r=f'tryCatch(cat(readLines("{target}")), error = function(e) cat("denied"))')
-        assert CANARY not in r_out.text, (target, r_out.text)
+        assert CANARY not in r_out.combined, (target, r_out.combined)
 
 
 @pytest.mark.parametrize("profile", ["read-only", "workspace"])
@@ -124,7 +124,7 @@ async def test_nothing_outside_the_view_has_a_name(
                 root = await console.run(python=f"print(open({str(data / 'table.csv')!r}).read().split()[1])")
                 assert root.text.strip() == "1,2", root.text
                 write = await console.run(python=f"open({str(data / 'x')!r}, 'w')")
-                assert write.error is not None and "Read-only" in write.error.message + write.text, write.text
+                assert write.error is not None and "Read-only" in write.error.message + write.combined, write.combined
                 sql = await console.run(sql="select 40 + 2 as answer")
                 assert "42" in sql.text
                 if "r" in languages:
