@@ -1,0 +1,441 @@
+"""The guest scenarios: what a non-root user on a systemd + cgroup v2 host does with console-bridge.
+
+Run as the user, from the scope under test (guest/scenarios/drive.sh runs it in each):
+
+    ~/venv/bin/python check.py --scope login --bed ~/bed
+
+It prints, for every check, one JSON line ``{"check": ..., "scope": ..., "ok": ..., "seconds": ...,
+"detail": ...}`` (longer output such as the whole ``console-bridge doctor`` text goes before it,
+each line prefixed with ``  | ``), and exits 1 when any check failed, 0 when all held.
+``CONSOLE_BRIDGE_GUEST_ENFORCE=best_effort`` (or ``strict``) runs every session of the library
+checks with ``Limits(enforce=...)`` and passes ``--best-effort`` to the CLI where it exists; it
+is for developing the bed, not the verdict.
+
+On the host, ``python3 check.py --summary LOG...`` turns the JSON lines of guest runs into a
+table (scope x check) and exits 1 when any check failed.
+
+Only the public API is used: ``Console``, ``Limits``, ``CellResult.error``, ``status()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+# The names status().limits may give as what enforces a limit.
+MECHANISMS = {"cgroup2", "cgroup1", "systemd-scope", "rlimit", "userns-rlimit", "tmpfs", "overlay"}
+# Small limits for the attacks, so each attack is short under TCG and cannot hurt the guest.
+ATTACK_LIMITS = {"memory": "768MiB", "processes": 64, "tmpdir": "64MiB"}
+# Every attack gives up on its own after this long (a limit that does not hold must not hang CI).
+ATTACK_SECONDS = 20
+STARTUP_TIMEOUT = 240.0
+CLI_TIMEOUT = 420
+
+
+def out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def show(text: str) -> None:
+    """Longer output (doctor, cell text), indented so the JSON lines stand out."""
+    for line in text.rstrip("\n").splitlines():
+        out("  | " + line)
+
+
+class Report:
+    """Collects the checks of one scope; each is one JSON line as soon as it is known."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        self.failed: list[str] = []
+
+    def record(self, check: str, ok: bool, seconds: float, **detail: Any) -> None:
+        if not ok:
+            self.failed.append(check)
+        line = {"check": check, "scope": self.scope, "ok": ok, "seconds": round(seconds, 1), "detail": detail}
+        out(json.dumps(line, default=str))
+
+    @contextmanager
+    def timed(self, check: str) -> Iterator[dict[str, Any]]:
+        """``with report.timed(name) as d: ...``: set d["ok"] (default False) and any detail; an
+        exception fails the check with its text (the scenario goes on to the next check)."""
+        detail: dict[str, Any] = {"ok": False}
+        start = time.monotonic()
+        try:
+            yield detail
+        except Exception as exc:  # a check that blows up is a failed check, never a crashed bed
+            detail["ok"] = False
+            detail["exception"] = f"{type(exc).__name__}: {exc}"[:2000]
+        ok = bool(detail.pop("ok"))
+        self.record(check, ok, time.monotonic() - start, **detail)
+
+
+def enforce_override() -> str | None:
+    value = os.environ.get("CONSOLE_BRIDGE_GUEST_ENFORCE") or None
+    if value not in (None, "required", "best_effort", "strict"):
+        raise SystemExit(f"CONSOLE_BRIDGE_GUEST_ENFORCE must be required, best_effort or strict, not {value!r}")
+    return value
+
+
+def limits(**values: Any) -> Any:
+    """``Limits(**values)``, with the enforcement of CONSOLE_BRIDGE_GUEST_ENFORCE when it is set."""
+    from console_bridge import Limits
+
+    enforce = enforce_override()
+    return Limits(**values, enforce=enforce) if enforce else Limits(**values)
+
+
+def venv_bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = CLI_TIMEOUT) -> tuple[int, str]:
+    proc = subprocess.run(
+        args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False
+    )
+    return proc.returncode, proc.stdout
+
+
+def fresh_dir(base: Path, name: str) -> Path:
+    path = base / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def error_of(result: Any) -> dict[str, Any] | None:
+    error = result.error
+    if error is None:
+        return None
+    return {"kind": error.kind, "name": error.name, "message": str(error.message)[:500]}
+
+
+# --- the checks --------------------------------------------------------------------------------
+
+
+def check_where(report: Report) -> None:
+    """Not a verdict: where this scope runs (cgroup, its controllers), so a reader can tell scopes apart."""
+    with report.timed("where") as d:
+        cgroup = Path("/proc/self/cgroup").read_text().strip()
+        d["uid"] = os.getuid()
+        d["cgroup"] = cgroup
+        rel = cgroup.rsplit(":", 1)[-1]
+        controllers = Path("/sys/fs/cgroup", rel.lstrip("/"), "cgroup.controllers")
+        d["controllers"] = controllers.read_text().strip() if controllers.exists() else None
+        d["enforce_override"] = enforce_override()
+        d["ok"] = os.getuid() != 0
+
+
+def check_doctor(report: Report, base: Path) -> None:
+    with report.timed("doctor") as d:
+        code, text = run_cli([venv_bin("console-bridge"), "doctor"], cwd=fresh_dir(base, "doctor"))
+        show(text)
+        d["exit"] = code
+        d["ok"] = code == 0
+
+
+def readme_quick_start(bed: Path) -> str:
+    """The first python block under README.md's "Quick start" heading, exactly as written."""
+    readme = (bed / "README.md").read_text()
+    section = readme[readme.index("## Quick start") :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    if match is None:
+        raise ValueError("README.md: no ```python block under '## Quick start'")
+    return match.group(1)
+
+
+def check_quick_start(report: Report, bed: Path, base: Path) -> None:
+    with report.timed("quick-start") as d:
+        code = readme_quick_start(bed)
+        if enforce_override():
+            # only to develop the bed: the block exactly as written cannot choose its enforcement
+            chosen = f'profile="read-only", limits=Limits(enforce="{enforce_override()}"))'
+            code = code.replace('profile="read-only")', chosen)
+            code = code.replace("import Console\n", "import Console, Limits\n")
+            d["modified"] = f"enforce={enforce_override()}"
+        folder = fresh_dir(base, "quick-start")
+        (folder / "quick_start.py").write_text(code)
+        rc, text = run_cli([sys.executable, "quick_start.py"], cwd=folder)
+        show(text)
+        d["exit"] = rc
+        lines = text.splitlines()
+        d["ok"] = rc == 0 and "42" in lines and "ZeroDivisionError: division by zero" in lines
+
+
+def check_cli_run(report: Report, bed: Path, base: Path) -> None:
+    with report.timed("cli-run") as d:
+        folder = fresh_dir(base, "cli-run")
+        shutil.copy(bed / "examples" / "ci" / "analysis.py", folder / "analysis.py")
+        args = [venv_bin("console-bridge"), "run"]
+        if enforce_override() == "best_effort":
+            _, help_text = run_cli([venv_bin("console-bridge"), "run", "--help"], cwd=folder)
+            if "--best-effort" in help_text:
+                args.append("--best-effort")
+        rc, text = run_cli([*args, "analysis.py"], cwd=folder)
+        show(text)
+        d["command"] = " ".join(["console-bridge", *args[1:], "analysis.py"])
+        d["exit"] = rc
+        d["ok"] = rc == 0 and "Top region by revenue: west" in text
+
+
+def plant(path: Path, scope: str) -> str:
+    token = f"CANARY-{scope}-{secrets.token_hex(6)}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    return token
+
+
+# Places outside the view, planted before the session starts (path relative to home unless absolute).
+CANARIES_BEFORE = [".bash_history", "other-project/.env", "/tmp/x", ".config/app/token", ".git-credentials"]
+
+
+def python_reader(paths: list[str]) -> str:
+    return (
+        "import json\n"
+        f"for p in json.loads({json.dumps(json.dumps(paths))}):\n"
+        "    try:\n"
+        "        with open(p) as f:\n"
+        "            print('READ', p, f.read().strip())\n"
+        "    except Exception as e:\n"
+        "        print('DENIED', p, type(e).__name__)\n"
+    )
+
+
+def sql_literal(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
+
+
+def check_api_and_canaries(report: Report, base: Path) -> None:
+    """``Console("w")`` as the brief writes it, its limits and view, then the canary matrix in the same session."""
+    from console_bridge import Console
+
+    home = Path.home()
+    scope = report.scope
+    folder = fresh_dir(base, "api")
+    workspace = folder / "w"
+    workspace.mkdir()
+    inside = plant(workspace / "data.txt", scope)
+    canaries = {str(home / p): plant(home / p, scope) for p in CANARIES_BEFORE}  # home / "/tmp/x" is /tmp/x
+    # the workspace's .git stays denied inside the view
+    canaries[str(workspace / ".git" / "config")] = plant(workspace / ".git" / "config", scope)
+    os.chdir(folder)
+    start = time.monotonic()
+    try:
+        console = Console("w", limits=limits(), startup_timeout=STARTUP_TIMEOUT)
+        console.__enter__()
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}"[:2000]
+        for check in ("api-1+1", "api-limits-named", "canaries-python", "canaries-sql", "view-works"):
+            report.record(check, False, time.monotonic() - start, refused=detail)
+        return
+    try:
+        with report.timed("api-1+1") as d:
+            result = console.run(python="1+1")
+            d["text"] = result.text.strip()
+            d["error"] = error_of(result)
+            d["startup_and_cell_seconds"] = round(time.monotonic() - start, 1)
+            d["ok"] = result.text.strip() == "2" and result.error is None
+        with report.timed("api-limits-named") as d:
+            status = console.status()
+            shown = {}
+            for name, item in status.limits.items():
+                get = item.get if isinstance(item, dict) else lambda k, _i=item: getattr(_i, k, None)
+                shown[name] = {"value": get("value"), "enforced_by": get("enforced_by"), "note": get("note")}
+                out(f"  | limit {name}: value={get('value')!r} enforced_by={get('enforced_by')!r} note={get('note')!r}")
+            view = getattr(status, "view", "<status().view does not exist>")
+            out(f"  | view: {view!r}")
+            unnamed = [n for n, s in shown.items() if s["value"] is not None and s["enforced_by"] not in MECHANISMS]
+            d["limits"] = shown
+            d["unnamed"] = unnamed
+            d["ok"] = bool(shown) and not unnamed
+        # planted after the start: a new file, a file under a folder missing at start, and a
+        # denied file replaced by rename (the way git's credential store saves)
+        canaries[str(home / ".config/app/late-token")] = plant(home / ".config/app/late-token", scope)
+        canaries[str(home / "late/secret")] = plant(home / "late/secret", scope)
+        replaced = home / ".git-credentials"
+        token = plant(home / ".git-credentials.new", scope)
+        os.replace(home / ".git-credentials.new", replaced)
+        canaries[str(replaced)] = token
+        with report.timed("canaries-python") as d:
+            result = console.run(python=python_reader(list(canaries)))
+            show(result.text)
+            leaked = [p for p, t in canaries.items() if t in result.text]
+            d["leaked"] = leaked
+            d["error"] = error_of(result)
+            d["ok"] = not leaked and result.error is None and result.text.count("DENIED") == len(canaries)
+        with report.timed("canaries-sql") as d:
+            leaked, outcomes = [], {}
+            for path, tok in canaries.items():
+                result = console.run(sql=f"select content from read_text({sql_literal(path)})")
+                if tok in result.text:
+                    leaked.append(path)
+                outcomes[path] = "READ" if tok in result.text else (error_of(result) or {}).get("name", "no error")
+            d["leaked"] = leaked
+            d["outcomes"] = outcomes
+            d["ok"] = not leaked
+        with report.timed("view-works") as d:
+            probe = (
+                "import os, tempfile, duckdb, yaml\n"
+                "print(open('data.txt').read().strip())\n"
+                "p = os.path.join(tempfile.gettempdir(), 'probe.txt')\n"
+                "open(p, 'w').write('tmp ok')\n"
+                "print(open(p).read(), duckdb.__version__, yaml.__version__)\n"
+            )
+            py = console.run(python=probe)
+            show(py.text)
+            sql_ws = console.run(sql=f"select content from read_text({sql_literal(str(workspace / 'data.txt'))})")
+            sql_42 = console.run(sql="select 42 as answer")
+            d["python"] = {"ok": inside in py.text and "tmp ok" in py.text, "error": error_of(py)}
+            d["sql_workspace"] = {"ok": inside in sql_ws.text, "error": error_of(sql_ws)}
+            d["sql"] = {"ok": "42" in sql_42.text, "error": error_of(sql_42)}
+            d["ok"] = d["python"]["ok"] and d["sql_workspace"]["ok"] and d["sql"]["ok"]
+    finally:
+        console.__exit__(None, None, None)
+
+
+FORK_BOMB = f"""
+import os, time
+end, parent = time.monotonic() + {ATTACK_SECONDS}, os.getpid()
+while time.monotonic() < end:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.2)
+if os.getpid() != parent:
+    os._exit(0)
+raise RuntimeError("fork bomb ran for {ATTACK_SECONDS}s: no limit stopped it")
+"""
+MEMORY_HOG = f"""
+import time
+hog, end = [], time.monotonic() + {ATTACK_SECONDS}
+while len(hog) < 160 and time.monotonic() < end:   # at most 2.5 GiB, touched
+    hog.append(b"x" * (16 << 20))
+raise RuntimeError(f"holding {{len(hog) * 16}} MiB: no limit stopped it")
+"""
+TMPDIR_FILL = f"""
+import os, tempfile, time
+path, end = os.path.join(tempfile.gettempdir(), "fill.bin"), time.monotonic() + {ATTACK_SECONDS}
+chunk, written = b"x" * (1 << 20), 0
+with open(path, "wb") as f:
+    while written < (1 << 30) and time.monotonic() < end:   # at most 1 GiB
+        f.write(chunk)
+        f.flush()
+        written += len(chunk)
+raise RuntimeError(f"wrote {{written >> 20}} MiB to TMPDIR: no limit stopped it")
+"""
+ATTACKS: list[tuple[str, str]] = [("fork-bomb", FORK_BOMB), ("memory-hog", MEMORY_HOG), ("tmpdir-fill", TMPDIR_FILL)]
+
+
+def check_attacks(report: Report, base: Path) -> None:
+    """Each attack ends its cell with error.kind == "limit"; the next cell of the session still works."""
+    from console_bridge import Console
+
+    folder = fresh_dir(base, "attacks")
+    (folder / "w").mkdir()
+    os.chdir(folder)
+    start = time.monotonic()
+    try:
+        console = Console("w", limits=limits(**ATTACK_LIMITS), startup_timeout=STARTUP_TIMEOUT)
+        console.__enter__()
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}"[:2000]
+        for name, _ in ATTACKS:
+            report.record(f"attack-{name}", False, time.monotonic() - start, refused=detail)
+        return
+    try:
+        for name, code in ATTACKS:
+            with report.timed(f"attack-{name}") as d:
+                d["limits"] = ATTACK_LIMITS
+                result = console.run(python=code, timeout=ATTACK_SECONDS * 6)
+                d["error"] = error_of(result)
+                after = console.run(python="1+1", timeout=120)
+                d["next_cell"] = {"text": after.text.strip(), "error": error_of(after)}
+                d["ok"] = (
+                    result.error is not None and result.error.kind == "limit" and after.text.strip() == "2"
+                )
+    finally:
+        console.__exit__(None, None, None)
+
+
+CHECKS: dict[str, Callable[[Report, Path, Path], None]] = {
+    "doctor": lambda r, bed, base: check_doctor(r, base),
+    "quick-start": check_quick_start,
+    "cli-run": check_cli_run,
+    "api": lambda r, bed, base: check_api_and_canaries(r, base),
+    "attacks": lambda r, bed, base: check_attacks(r, base),
+}
+
+
+def run_scope(scope: str, bed: Path, only: list[str]) -> int:
+    report = Report(scope)
+    base = fresh_dir(Path.home() / "checks", scope)
+    check_where(report)
+    for name, check in CHECKS.items():
+        if not only or name in only:
+            os.chdir(base)
+            check(report, bed, base)
+    out(json.dumps({"scope_done": scope, "failed": report.failed}))
+    return 1 if report.failed else 0
+
+
+# --- the host side: a table of what held ---------------------------------------------------------
+
+
+def summarize(logs: list[Path]) -> int:
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith('{"check"'):
+                item = json.loads(line)
+                rows.setdefault(item["check"], {})[item["scope"]] = item
+    scopes = sorted({s for r in rows.values() for s in r}, key=["login", "user-scope", "user-service"].index)
+    width = max([len(c) for c in rows] + [5])
+    out(f"{'check':<{width}}  " + "  ".join(f"{s:<18}" for s in scopes))
+    failed = 0
+    for check, by_scope in rows.items():
+        cells = []
+        for scope in scopes:
+            item = by_scope.get(scope)
+            if item is None:
+                cells.append(f"{'-':<18}")
+                continue
+            failed += not item["ok"]
+            cells.append(f"{('ok' if item['ok'] else 'FAIL') + ' ' + str(item['seconds']) + 's':<18}")
+        out(f"{check:<{width}}  " + "  ".join(cells))
+    for check, by_scope in rows.items():
+        for scope, item in by_scope.items():
+            if not item["ok"]:
+                reason = json.dumps(item["detail"], default=str)
+                out(f"FAIL {scope} {check}: {reason[:400]}")
+    out(f"{failed} failed check(s)" if failed else "every check held")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scope", help="a name for where this runs: login, user-scope, user-service")
+    parser.add_argument("--bed", type=Path, default=Path.home() / "bed", help="the copy of the repo's files")
+    parser.add_argument("--only", action="append", default=[], choices=sorted(CHECKS), help="run only these checks")
+    parser.add_argument("--summary", nargs="+", type=Path, metavar="LOG", help="host side: tabulate guest logs")
+    args = parser.parse_args()
+    if args.summary:
+        return summarize(args.summary)
+    if not args.scope:
+        parser.error("--scope is required")
+    return run_scope(args.scope, args.bed, args.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
