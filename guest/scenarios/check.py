@@ -38,7 +38,7 @@ MECHANISMS = {"cgroup2", "cgroup1", "systemd-scope", "rlimit", "userns-rlimit", 
 # Small limits for the attacks, so each attack is short under TCG and cannot hurt the guest.
 ATTACK_LIMITS = {"memory": "768MiB", "processes": 64, "tmpdir": "64MiB"}
 # Every attack gives up on its own after this long (a limit that does not hold must not hang CI).
-ATTACK_SECONDS = 20
+ATTACK_SECONDS = 15
 STARTUP_TIMEOUT = 240.0
 CLI_TIMEOUT = 420
 
@@ -115,6 +115,10 @@ def fresh_dir(base: Path, name: str) -> Path:
     return path
 
 
+def tail(text: str, lines: int = 3) -> str:
+    return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:])[:600]
+
+
 def error_of(result: Any) -> dict[str, Any] | None:
     error = result.error
     if error is None:
@@ -144,6 +148,7 @@ def check_doctor(report: Report, base: Path) -> None:
         show(text)
         d["exit"] = code
         d["ok"] = code == 0
+        d["why"] = "; ".join(line.strip() for line in text.splitlines() if line.startswith("FAIL"))[:600]
 
 
 def readme_quick_start(bed: Path) -> str:
@@ -170,6 +175,7 @@ def check_quick_start(report: Report, bed: Path, base: Path) -> None:
         rc, text = run_cli([sys.executable, "quick_start.py"], cwd=folder)
         show(text)
         d["exit"] = rc
+        d["why"] = tail(text, 1)
         lines = text.splitlines()
         d["ok"] = rc == 0 and "42" in lines and "ZeroDivisionError: division by zero" in lines
 
@@ -187,6 +193,7 @@ def check_cli_run(report: Report, bed: Path, base: Path) -> None:
         show(text)
         d["command"] = " ".join(["console-bridge", *args[1:], "analysis.py"])
         d["exit"] = rc
+        d["why"] = tail(text)
         d["ok"] = rc == 0 and "Top region by revenue: west" in text
 
 
@@ -238,7 +245,7 @@ def check_api_and_canaries(report: Report, base: Path) -> None:
     except Exception as exc:
         detail = f"{type(exc).__name__}: {exc}"[:2000]
         for check in ("api-1+1", "api-limits-named", "canaries-python", "canaries-sql", "view-works"):
-            report.record(check, False, time.monotonic() - start, refused=detail)
+            report.record(check, False, time.monotonic() - start, why=f"no session: {detail}")
         return
     try:
         with report.timed("api-1+1") as d:
@@ -258,7 +265,7 @@ def check_api_and_canaries(report: Report, base: Path) -> None:
             out(f"  | view: {view!r}")
             unnamed = [n for n, s in shown.items() if s["value"] is not None and s["enforced_by"] not in MECHANISMS]
             d["limits"] = shown
-            d["unnamed"] = unnamed
+            d["why"] = "no mechanism for: " + ", ".join(f"{n} ({shown[n]['note']})" for n in unnamed)
             d["ok"] = bool(shown) and not unnamed
         # planted after the start: a new file, a file under a folder missing at start, and a
         # denied file replaced by rename (the way git's credential store saves)
@@ -272,7 +279,7 @@ def check_api_and_canaries(report: Report, base: Path) -> None:
             result = console.run(python=python_reader(list(canaries)))
             show(result.text)
             leaked = [p for p, t in canaries.items() if t in result.text]
-            d["leaked"] = leaked
+            d["why"] = f"read: {', '.join(leaked)}" if leaked else f"error {error_of(result)}"
             d["error"] = error_of(result)
             d["ok"] = not leaked and result.error is None and result.text.count("DENIED") == len(canaries)
         with report.timed("canaries-sql") as d:
@@ -281,8 +288,9 @@ def check_api_and_canaries(report: Report, base: Path) -> None:
                 result = console.run(sql=f"select content from read_text({sql_literal(path)})")
                 if tok in result.text:
                     leaked.append(path)
-                outcomes[path] = "READ" if tok in result.text else (error_of(result) or {}).get("name", "no error")
-            d["leaked"] = leaked
+                error = error_of(result)
+                outcomes[path] = "READ" if tok in result.text else error["name"] if error else result.text.strip()[:80]
+            d["why"] = f"read: {', '.join(leaked)}"
             d["outcomes"] = outcomes
             d["ok"] = not leaked
         with report.timed("view-works") as d:
@@ -301,6 +309,7 @@ def check_api_and_canaries(report: Report, base: Path) -> None:
             d["sql_workspace"] = {"ok": inside in sql_ws.text, "error": error_of(sql_ws)}
             d["sql"] = {"ok": "42" in sql_42.text, "error": error_of(sql_42)}
             d["ok"] = d["python"]["ok"] and d["sql_workspace"]["ok"] and d["sql"]["ok"]
+            d["why"] = "failed: " + ", ".join(k for k in ("python", "sql_workspace", "sql") if not d[k]["ok"])
     finally:
         console.__exit__(None, None, None)
 
@@ -352,7 +361,7 @@ def check_attacks(report: Report, base: Path) -> None:
     except Exception as exc:
         detail = f"{type(exc).__name__}: {exc}"[:2000]
         for name, _ in ATTACKS:
-            report.record(f"attack-{name}", False, time.monotonic() - start, refused=detail)
+            report.record(f"attack-{name}", False, time.monotonic() - start, why=f"no session: {detail}")
         return
     try:
         for name, code in ATTACKS:
@@ -364,6 +373,10 @@ def check_attacks(report: Report, base: Path) -> None:
                 d["next_cell"] = {"text": after.text.strip(), "error": error_of(after)}
                 d["ok"] = (
                     result.error is not None and result.error.kind == "limit" and after.text.strip() == "2"
+                )
+                err = d["error"]
+                d["why"] = (f"ended with {err['kind']} {err['name']}: {err['message']}" if err else "no error") + (
+                    f"; next cell gave {after.text.strip()!r} {error_of(after) or ''}"
                 )
     finally:
         console.__exit__(None, None, None)
@@ -395,12 +408,19 @@ def run_scope(scope: str, bed: Path, only: list[str]) -> int:
 
 def summarize(logs: list[Path]) -> int:
     rows: dict[str, dict[str, dict[str, Any]]] = {}
+    scope_lines: list[str] = []
     for log in logs:
         for line in log.read_text(errors="replace").splitlines():
             if line.startswith('{"check"'):
                 item = json.loads(line)
                 rows.setdefault(item["check"], {})[item["scope"]] = item
-    scopes = sorted({s for r in rows.values() for s in r}, key=["login", "user-scope", "user-service"].index)
+            elif line.startswith("SCOPE "):
+                scope_lines.append(line)
+    if not rows:
+        out("no check results in " + ", ".join(map(str, logs)))
+        return 1
+    order = ["login", "user-scope", "user-service"]
+    scopes = sorted({s for r in rows.values() for s in r}, key=lambda s: (order.index(s) if s in order else 9, s))
     width = max([len(c) for c in rows] + [5])
     out(f"{'check':<{width}}  " + "  ".join(f"{s:<18}" for s in scopes))
     failed = 0
@@ -417,8 +437,11 @@ def summarize(logs: list[Path]) -> int:
     for check, by_scope in rows.items():
         for scope, item in by_scope.items():
             if not item["ok"]:
-                reason = json.dumps(item["detail"], default=str)
+                detail = item["detail"]
+                reason = detail.get("why") or detail.get("exception") or json.dumps(detail, default=str)
                 out(f"FAIL {scope} {check}: {reason[:400]}")
+    for line in scope_lines:
+        out(line)
     out(f"{failed} failed check(s)" if failed else "every check held")
     return 1 if failed else 0
 
