@@ -114,13 +114,13 @@ stage_venv() {
     rm -rf "$ROOT/var/tmp/wheels" && cp -r "$G/wheels" "$ROOT/var/tmp/wheels" && chmod -R a+rX "$ROOT/var/tmp/wheels"
     local pip=(in_root runuser -u alice -- /home/alice/venv/bin/pip install -q --disable-pip-version-check --no-index)
     if [ -x "$ROOT/home/alice/venv/bin/console-bridge" ]; then
-        log "reinstalling only the project wheel into ~alice/venv (chroot)"
-        "${pip[@]}" --no-deps --force-reinstall /var/tmp/wheels/console_bridge-*.whl >"$LOGS/venv.log" 2>&1 \
+        log "reinstalling only the project wheel into ~alice/venv (chroot), then any dependency it now lacks"
+        { "${pip[@]}" --no-deps --force-reinstall /var/tmp/wheels/console_bridge-*.whl &&
+            "${pip[@]}" --find-links /var/tmp/wheels /var/tmp/wheels/console_bridge-*.whl; } >"$LOGS/venv.log" 2>&1 \
             || fail_with "pip install (project)" "$LOGS/venv.log"
     else
         log "~alice/venv: console-bridge + dependencies from the wheels (chroot, no index)"
         in_root runuser -u alice -- python3 -m venv /home/alice/venv
-        # shellcheck disable=SC2016
         "${pip[@]}" --find-links /var/tmp/wheels "console-bridge" "mcp-console[client]==0.0.6" >"$LOGS/venv.log" 2>&1 \
             || fail_with "pip install" "$LOGS/venv.log"
     fi
@@ -143,13 +143,16 @@ stage_image() {
     log "image $G/image.raw ($(du -h "$G/image.raw" | cut -f1) used), kernel ${kernel##*/vmlinuz-}"
 }
 
-[ "$(id -u)" = 0 ] || { echo "guest/build.sh: run as root (debootstrap, chroot)" >&2; exit 1; }
-stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(rootfs config wheels venv image)
-mkdir -p "$LOGS"
-for s in "${stages[@]}"; do
-    declare -F "stage_$s" >/dev/null || { echo "guest/build.sh: unknown stage $s" >&2; exit 2; }
-    t=$SECONDS
-    "stage_$s"
-    printf '%s %ss\n' "$s" $((SECONDS - t)) | tee -a "$LOGS/build-times.txt" >&2
-done
+main() {
+    [ "$(id -u)" = 0 ] || { echo "guest/build.sh: run as root (debootstrap, chroot)" >&2; exit 1; }
+    local stages=("$@") s t
+    [ ${#stages[@]} -gt 0 ] || stages=(rootfs config wheels venv image)
+    mkdir -p "$LOGS"
+    for s in "${stages[@]}"; do
+        declare -F "stage_$s" >/dev/null || { echo "guest/build.sh: unknown stage $s" >&2; exit 2; }
+        t=$SECONDS
+        "stage_$s"
+        printf '%s %ss\n' "$s" $((SECONDS - t)) | tee -a "$LOGS/build-times.txt" >&2
+    done
+}
+main "$@"; exit   # one line: bash has read it all before it runs, so editing this file mid-build is safe

@@ -6,6 +6,7 @@
 # Environment: GUEST_SCOPES, GUEST_CHECKS, CONSOLE_BRIDGE_GUEST_ENFORCE (see drive.sh), PYTHON (host
 # python with pip, default python3), GUEST_CMD_TIMEOUT (s for all scenarios, default 900).
 set -uo pipefail
+{ # the whole script is one block: bash reads it before running it, so editing it mid-run is safe
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 G=${GUEST_DIR:-$REPO/.guest}
 start=$SECONDS
@@ -43,3 +44,4 @@ case $rc in
 1) exit 1 ;;
 *) echo "guest: the guest run ended with $rc (124/125: no boot or no ssh; see the serial log)" >&2; exit 2 ;;
 esac
+}

@@ -16,6 +16,7 @@
 # Environment: GUEST_DIR, GUEST_MEM (MiB, default 4096), GUEST_SMP (default 2),
 # GUEST_BOOT_TIMEOUT (s, default 300), GUEST_CMD_TIMEOUT (s, default 1800), GUEST_ACCEL (tcg|kvm).
 set -uo pipefail
+{ # the whole script is one block: bash reads it before running it, so editing it mid-run is safe
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 G=${GUEST_DIR:-$REPO/.guest}
 SYNC=0
@@ -104,3 +105,4 @@ t_cmd=$(since "$ts")
 for _ in $(seq 60); do kill -0 "$QEMU" 2>/dev/null || break; sleep 1; done
 say "command exit code $rc after ${t_cmd}s; total $(since "$t0")s (journal: $G/logs/journal-$STAMP.log)"
 exit "$rc"
+}
