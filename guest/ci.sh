@@ -37,7 +37,7 @@ echo "===== guest summary (logs: $G/logs/; scenario output: $scenarios)"
 "${PYTHON:-python3}" "$REPO/guest/scenarios/check.py" --summary "$scenarios"
 summary_rc=$?
 echo "build: $(sed 's/s$/ s/' "$G/logs/build-times.txt" | paste -sd, | sed 's/,/, /g') (rootfs = debootstrap)"
-grep -h '^\[guest-run\] \(boot\|command\)' "$G"/logs/run-*.times | sed 's/^\[guest-run\] /run: /'
+grep -h '^\[guest-run\] \(boot:\|command\)' "$G"/logs/run-*.times | sed 's/^\[guest-run\] /run: /'
 echo "guest stage wall time $((SECONDS - start)) s"
 case $rc in
 0) [ "$summary_rc" = 0 ] && exit 0 || exit 1 ;;

@@ -193,7 +193,7 @@ def check_cli_run(report: Report, bed: Path, base: Path) -> None:
         show(text)
         d["command"] = " ".join(["console-bridge", *args[1:], "analysis.py"])
         d["exit"] = rc
-        d["why"] = tail(text)
+        d["why"] = tail("\n".join(line for line in text.splitlines() if not line.startswith("[console-bridge]")), 1)
         d["ok"] = rc == 0 and "Top region by revenue: west" in text
 
 
@@ -434,12 +434,16 @@ def summarize(logs: list[Path]) -> int:
             failed += not item["ok"]
             cells.append(f"{('ok' if item['ok'] else 'FAIL') + ' ' + str(item['seconds']) + 's':<18}")
         out(f"{check:<{width}}  " + "  ".join(cells))
+    # one line per distinct reason, naming every scope/check that failed for it
+    reasons: dict[str, list[str]] = {}
     for check, by_scope in rows.items():
         for scope, item in by_scope.items():
             if not item["ok"]:
                 detail = item["detail"]
                 reason = detail.get("why") or detail.get("exception") or json.dumps(detail, default=str)
-                out(f"FAIL {scope} {check}: {reason[:400]}")
+                reasons.setdefault(reason[:400], []).append(f"{scope}/{check}")
+    for reason, where in reasons.items():
+        out(f"FAIL {', '.join(where)}:\n    {reason}")
     for line in scope_lines:
         out(line)
     out(f"{failed} failed check(s)" if failed else "every check held")
