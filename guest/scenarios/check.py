@@ -135,9 +135,14 @@ def check_where(report: Report) -> None:
         cgroup = Path("/proc/self/cgroup").read_text().strip()
         d["uid"] = os.getuid()
         d["cgroup"] = cgroup
-        rel = cgroup.rsplit(":", 1)[-1]
-        controllers = Path("/sys/fs/cgroup", rel.lstrip("/"), "cgroup.controllers")
+        here = Path("/sys/fs/cgroup", cgroup.rsplit(":", 1)[-1].lstrip("/"))
+        controllers = here / "cgroup.controllers"
         d["controllers"] = controllers.read_text().strip() if controllers.exists() else None
+        d["cgroup_writable"] = os.access(here, os.W_OK)
+        d["kernel"] = os.uname().release
+        systemd = subprocess.run(["systemctl", "--version"], capture_output=True, text=True, check=False)
+        d["systemd"] = systemd.stdout.split("\n", 1)[0]
+        d["unshare_Urm"] = subprocess.run(["unshare", "-Urm", "true"], capture_output=True, check=False).returncode == 0
         d["enforce_override"] = enforce_override()
         d["ok"] = os.getuid() != 0
 
@@ -220,6 +225,19 @@ def python_reader(paths: list[str]) -> str:
     )
 
 
+def start_session(report: Report, check: str, make: Callable[[], Any]) -> Any:
+    """A started console (its start is the check ``check``), or None when it did not start."""
+    start = time.monotonic()
+    try:
+        console = make()
+        console.__enter__()
+    except Exception as exc:
+        report.record(check, False, time.monotonic() - start, why=f"{type(exc).__name__}: {exc}"[:2000])
+        return None
+    report.record(check, True, time.monotonic() - start)
+    return console
+
+
 def sql_literal(path: str) -> str:
     return "'" + path.replace("'", "''") + "'"
 
@@ -238,21 +256,16 @@ def check_api_and_canaries(report: Report, base: Path) -> None:
     # the workspace's .git stays denied inside the view
     canaries[str(workspace / ".git" / "config")] = plant(workspace / ".git" / "config", scope)
     os.chdir(folder)
-    start = time.monotonic()
-    try:
-        console = Console("w", limits=limits(), startup_timeout=STARTUP_TIMEOUT)
-        console.__enter__()
-    except Exception as exc:
-        detail = f"{type(exc).__name__}: {exc}"[:2000]
+    console = start_session(report, "api-start", lambda: Console("w", limits=limits(), startup_timeout=STARTUP_TIMEOUT))
+    if console is None:
         for check in ("api-1+1", "api-limits-named", "canaries-python", "canaries-sql", "view-works"):
-            report.record(check, False, time.monotonic() - start, why=f"no session: {detail}")
+            report.record(check, False, 0.0, why="no session (see api-start)")
         return
     try:
         with report.timed("api-1+1") as d:
             result = console.run(python="1+1")
             d["text"] = result.text.strip()
             d["error"] = error_of(result)
-            d["startup_and_cell_seconds"] = round(time.monotonic() - start, 1)
             d["ok"] = result.text.strip() == "2" and result.error is None
         with report.timed("api-limits-named") as d:
             status = console.status()
@@ -311,7 +324,7 @@ def check_api_and_canaries(report: Report, base: Path) -> None:
             d["ok"] = d["python"]["ok"] and d["sql_workspace"]["ok"] and d["sql"]["ok"]
             d["why"] = "failed: " + ", ".join(k for k in ("python", "sql_workspace", "sql") if not d[k]["ok"])
     finally:
-        console.__exit__(None, None, None)
+        close_quietly(console)
 
 
 FORK_BOMB = f"""
@@ -347,39 +360,74 @@ raise RuntimeError(f"wrote {{written >> 20}} MiB to TMPDIR: no limit stopped it"
 ATTACKS: list[tuple[str, str]] = [("fork-bomb", FORK_BOMB), ("memory-hog", MEMORY_HOG), ("tmpdir-fill", TMPDIR_FILL)]
 
 
+def settle(console: Any) -> tuple[bool, str]:
+    """After an attack broke the session's next cell: poll (bounded) until no cell runs any more.
+    Returns whether the session is usable again, and what happened."""
+    start = time.monotonic()
+    while time.monotonic() - start < 90:
+        try:
+            result = console.poll(timeout_ms=5000)
+        except Exception as exc:
+            return False, f"poll() raised {type(exc).__name__}: {exc}"[:300]
+        if not result.running:
+            return True, f"idle after {time.monotonic() - start:.0f}s of poll(): {result.text.strip()[:200]!r}"
+    return False, "still running after 90s of poll()"
+
+
+def close_quietly(console: Any) -> None:
+    try:
+        console.__exit__(None, None, None)
+    except Exception as exc:
+        out(f"  | closing the session raised {type(exc).__name__}: {exc}")
+
+
 def check_attacks(report: Report, base: Path) -> None:
-    """Each attack ends its cell with error.kind == "limit"; the next cell of the session still works."""
+    """Each attack ends its cell with error.kind == "limit"; the next cell of the session still works.
+
+    All attacks share one session. When an attack leaves it unusable, the bed waits for it to
+    settle (or opens a new one) so the next attack is still tried."""
     from console_bridge import Console
 
     folder = fresh_dir(base, "attacks")
     (folder / "w").mkdir()
     os.chdir(folder)
-    start = time.monotonic()
-    try:
-        console = Console("w", limits=limits(**ATTACK_LIMITS), startup_timeout=STARTUP_TIMEOUT)
-        console.__enter__()
-    except Exception as exc:
-        detail = f"{type(exc).__name__}: {exc}"[:2000]
-        for name, _ in ATTACKS:
-            report.record(f"attack-{name}", False, time.monotonic() - start, why=f"no session: {detail}")
-        return
-    try:
-        for name, code in ATTACKS:
-            with report.timed(f"attack-{name}") as d:
-                d["limits"] = ATTACK_LIMITS
-                result = console.run(python=code, timeout=ATTACK_SECONDS * 6)
-                d["error"] = error_of(result)
+    console: Any = None
+    starts = 0
+    for name, code in ATTACKS:
+        check = f"attack-{name}"
+        if console is None and starts >= 0:
+            # a new session after an attack left the last one unusable: "attacks-restart-N"
+            console = start_session(
+                report,
+                f"attacks-restart-{starts}" if starts else "attacks-start",
+                lambda: Console("w", limits=limits(**ATTACK_LIMITS), startup_timeout=STARTUP_TIMEOUT),
+            )
+            starts = starts + 1 if console is not None else -1   # a refused start is not retried
+        if console is None:
+            report.record(check, False, 0.0, why="no session (see attacks-start)")
+            continue
+        usable = False
+        with report.timed(check) as d:
+            d["limits"] = ATTACK_LIMITS
+            result = console.run(python=code, timeout=ATTACK_SECONDS * 6)
+            err = d["error"] = error_of(result)
+            d["why"] = f"ended with {err['kind']} {err['name']}: {err['message']}" if err else "no error"
+            try:
                 after = console.run(python="1+1", timeout=120)
+            except Exception as exc:
+                d["next_cell"] = f"{type(exc).__name__}: {exc}"[:300]
+                d["why"] += f"; the next cell raised {d['next_cell']}"
+                usable, d["settle"] = settle(console)
+            else:
+                usable = True
                 d["next_cell"] = {"text": after.text.strip(), "error": error_of(after)}
-                d["ok"] = (
-                    result.error is not None and result.error.kind == "limit" and after.text.strip() == "2"
-                )
-                err = d["error"]
-                d["why"] = (f"ended with {err['kind']} {err['name']}: {err['message']}" if err else "no error") + (
-                    f"; next cell gave {after.text.strip()!r} {error_of(after) or ''}"
-                )
-    finally:
-        console.__exit__(None, None, None)
+                d["why"] += f"; next cell gave {after.text.strip()!r} {error_of(after) or ''}"
+                d["ok"] = result.error is not None and result.error.kind == "limit" and after.text.strip() == "2"
+        if not usable:
+            close_quietly(console)
+            console = None
+    if console is not None:
+        close_quietly(console)
 
 
 CHECKS: dict[str, Callable[[Report, Path, Path], None]] = {
