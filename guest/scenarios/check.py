@@ -422,7 +422,12 @@ def check_attacks(report: Report, base: Path) -> None:
                 usable = True
                 d["next_cell"] = {"text": after.text.strip(), "error": error_of(after)}
                 d["why"] += f"; next cell gave {after.text.strip()!r} {error_of(after) or ''}"
-                d["ok"] = result.error is not None and result.error.kind == "limit" and after.text.strip() == "2"
+                d["ok"] = (
+                    result.error is not None
+                    and result.error.kind == "limit"
+                    and after.text.strip() == "2"
+                    and after.error is None
+                )
         if not usable:
             close_quietly(console)
             console = None
