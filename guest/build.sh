@@ -115,8 +115,10 @@ stage_venv() {
     local pip=(in_root runuser -u alice -- /home/alice/venv/bin/pip install -q --disable-pip-version-check --no-index)
     if [ -x "$ROOT/home/alice/venv/bin/console-bridge" ]; then
         log "reinstalling only the project wheel into ~alice/venv (chroot), then any dependency it now lacks"
-        { "${pip[@]}" --no-deps --force-reinstall /var/tmp/wheels/console_bridge-*.whl &&
-            "${pip[@]}" --find-links /var/tmp/wheels /var/tmp/wheels/console_bridge-*.whl; } >"$LOGS/venv.log" 2>&1 \
+        local wheel   # the path inside the chroot (a glob here would be matched on the host)
+        wheel=/var/tmp/wheels/$(basename "$(ls "$G"/wheels/console_bridge-*.whl)")
+        { "${pip[@]}" --no-deps --force-reinstall "$wheel" && "${pip[@]}" --find-links /var/tmp/wheels "$wheel"; } \
+            >"$LOGS/venv.log" 2>&1 \
             || fail_with "pip install (project)" "$LOGS/venv.log"
     else
         log "~alice/venv: console-bridge + dependencies from the wheels (chroot, no index)"
