@@ -1,0 +1,521 @@
+"""The guest scenarios: what a non-root user on a systemd + cgroup v2 host does with console-bridge.
+
+Run as the user, from the scope under test (guest/scenarios/drive.sh runs it in each):
+
+    ~/venv/bin/python check.py --scope login --bed ~/bed
+
+It prints, for every check, one JSON line ``{"check": ..., "scope": ..., "ok": ..., "seconds": ...,
+"detail": ...}`` (longer output such as the whole ``console-bridge doctor`` text goes before it,
+each line prefixed with ``  | ``), and exits 1 when any check failed, 0 when all held.
+``CONSOLE_BRIDGE_GUEST_ENFORCE=best_effort`` (or ``strict``) runs every session of the library
+checks with ``Limits(enforce=...)`` and passes ``--best-effort`` to the CLI where it exists; it
+is for developing the bed, not the verdict.
+
+On the host, ``python3 check.py --summary LOG...`` turns the JSON lines of guest runs into a
+table (scope x check) and exits 1 when any check failed.
+
+Only the public API is used: ``Console``, ``Limits``, ``CellResult.error``, ``status()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+# The names status().limits may give as what enforces a limit.
+MECHANISMS = {"cgroup2", "cgroup1", "systemd-scope", "rlimit", "userns-rlimit", "tmpfs", "overlay"}
+# Small limits for the attacks, so each attack is short under TCG and cannot hurt the guest.
+ATTACK_LIMITS = {"memory": "768MiB", "processes": 64, "tmpdir": "64MiB"}
+# Every attack gives up on its own after this long (a limit that does not hold must not hang CI).
+ATTACK_SECONDS = 15
+STARTUP_TIMEOUT = 240.0
+CLI_TIMEOUT = 420
+
+
+def out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def show(text: str) -> None:
+    """Longer output (doctor, cell text), indented so the JSON lines stand out."""
+    for line in text.rstrip("\n").splitlines():
+        out("  | " + line)
+
+
+class Report:
+    """Collects the checks of one scope; each is one JSON line as soon as it is known."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        self.failed: list[str] = []
+
+    def record(self, check: str, ok: bool, seconds: float, **detail: Any) -> None:
+        if not ok:
+            self.failed.append(check)
+        line = {"check": check, "scope": self.scope, "ok": ok, "seconds": round(seconds, 1), "detail": detail}
+        out(json.dumps(line, default=str))
+
+    @contextmanager
+    def timed(self, check: str) -> Iterator[dict[str, Any]]:
+        """``with report.timed(name) as d: ...``: set d["ok"] (default False) and any detail; an
+        exception fails the check with its text (the scenario goes on to the next check)."""
+        detail: dict[str, Any] = {"ok": False}
+        start = time.monotonic()
+        try:
+            yield detail
+        except Exception as exc:  # a check that blows up is a failed check, never a crashed bed
+            detail["ok"] = False
+            detail["exception"] = f"{type(exc).__name__}: {exc}"[:2000]
+        ok = bool(detail.pop("ok"))
+        self.record(check, ok, time.monotonic() - start, **detail)
+
+
+def enforce_override() -> str | None:
+    value = os.environ.get("CONSOLE_BRIDGE_GUEST_ENFORCE") or None
+    if value not in (None, "required", "best_effort", "strict"):
+        raise SystemExit(f"CONSOLE_BRIDGE_GUEST_ENFORCE must be required, best_effort or strict, not {value!r}")
+    return value
+
+
+def limits(**values: Any) -> Any:
+    """``Limits(**values)``, with the enforcement of CONSOLE_BRIDGE_GUEST_ENFORCE when it is set."""
+    from console_bridge import Limits
+
+    enforce = enforce_override()
+    return Limits(**values, enforce=enforce) if enforce else Limits(**values)
+
+
+def venv_bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = CLI_TIMEOUT) -> tuple[int, str]:
+    proc = subprocess.run(
+        args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False
+    )
+    return proc.returncode, proc.stdout
+
+
+def fresh_dir(base: Path, name: str) -> Path:
+    path = base / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def tail(text: str, lines: int = 3) -> str:
+    return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:])[:600]
+
+
+def error_of(result: Any) -> dict[str, Any] | None:
+    error = result.error
+    if error is None:
+        return None
+    return {"kind": error.kind, "name": error.name, "message": str(error.message)[:500]}
+
+
+# --- the checks --------------------------------------------------------------------------------
+
+
+def check_where(report: Report) -> None:
+    """Not a verdict: where this scope runs (cgroup, its controllers), so a reader can tell scopes apart."""
+    with report.timed("where") as d:
+        cgroup = Path("/proc/self/cgroup").read_text().strip()
+        d["uid"] = os.getuid()
+        d["cgroup"] = cgroup
+        here = Path("/sys/fs/cgroup", cgroup.rsplit(":", 1)[-1].lstrip("/"))
+        controllers = here / "cgroup.controllers"
+        d["controllers"] = controllers.read_text().strip() if controllers.exists() else None
+        d["cgroup_writable"] = os.access(here, os.W_OK)
+        d["kernel"] = os.uname().release
+        systemd = subprocess.run(["systemctl", "--version"], capture_output=True, text=True, check=False)
+        d["systemd"] = systemd.stdout.split("\n", 1)[0]
+        d["unshare_Urm"] = subprocess.run(["unshare", "-Urm", "true"], capture_output=True, check=False).returncode == 0
+        d["enforce_override"] = enforce_override()
+        d["ok"] = os.getuid() != 0
+
+
+def check_doctor(report: Report, base: Path) -> None:
+    with report.timed("doctor") as d:
+        code, text = run_cli([venv_bin("console-bridge"), "doctor"], cwd=fresh_dir(base, "doctor"))
+        show(text)
+        d["exit"] = code
+        d["ok"] = code == 0
+        d["why"] = "; ".join(line.strip() for line in text.splitlines() if line.startswith("FAIL"))[:600]
+
+
+def readme_quick_start(bed: Path) -> str:
+    """The first python block under README.md's "Quick start" heading, exactly as written."""
+    readme = (bed / "README.md").read_text()
+    section = readme[readme.index("## Quick start") :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    if match is None:
+        raise ValueError("README.md: no ```python block under '## Quick start'")
+    return match.group(1)
+
+
+def check_quick_start(report: Report, bed: Path, base: Path) -> None:
+    with report.timed("quick-start") as d:
+        code = readme_quick_start(bed)
+        if enforce_override():
+            # only to develop the bed: the block exactly as written cannot choose its enforcement
+            chosen = f'profile="read-only", limits=Limits(enforce="{enforce_override()}"))'
+            code = code.replace('profile="read-only")', chosen)
+            code = code.replace("import Console\n", "import Console, Limits\n")
+            d["modified"] = f"enforce={enforce_override()}"
+        folder = fresh_dir(base, "quick-start")
+        (folder / "quick_start.py").write_text(code)
+        rc, text = run_cli([sys.executable, "quick_start.py"], cwd=folder)
+        show(text)
+        d["exit"] = rc
+        d["why"] = tail(text, 1)
+        lines = text.splitlines()
+        d["ok"] = rc == 0 and "42" in lines and "ZeroDivisionError: division by zero" in lines
+
+
+def check_cli_run(report: Report, bed: Path, base: Path) -> None:
+    with report.timed("cli-run") as d:
+        folder = fresh_dir(base, "cli-run")
+        shutil.copy(bed / "examples" / "ci" / "analysis.py", folder / "analysis.py")
+        args = [venv_bin("console-bridge"), "run"]
+        if enforce_override() == "best_effort":
+            _, help_text = run_cli([venv_bin("console-bridge"), "run", "--help"], cwd=folder)
+            if "--best-effort" in help_text:
+                args.append("--best-effort")
+        rc, text = run_cli([*args, "analysis.py"], cwd=folder)
+        show(text)
+        d["command"] = " ".join(["console-bridge", *args[1:], "analysis.py"])
+        d["exit"] = rc
+        d["why"] = tail("\n".join(line for line in text.splitlines() if not line.startswith("[console-bridge]")), 1)
+        d["ok"] = rc == 0 and "Top region by revenue: west" in text
+
+
+def plant(path: Path, scope: str) -> str:
+    token = f"CANARY-{scope}-{secrets.token_hex(6)}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    return token
+
+
+# Places outside the view, planted before the session starts (path relative to home unless absolute).
+CANARIES_BEFORE = [".bash_history", "other-project/.env", "/tmp/x", ".config/app/token", ".git-credentials"]
+
+
+def python_reader(paths: list[str]) -> str:
+    return (
+        "import json\n"
+        f"for p in json.loads({json.dumps(json.dumps(paths))}):\n"
+        "    try:\n"
+        "        with open(p) as f:\n"
+        "            print('READ', p, f.read().strip())\n"
+        "    except Exception as e:\n"
+        "        print('DENIED', p, type(e).__name__)\n"
+    )
+
+
+def start_session(report: Report, check: str, make: Callable[[], Any]) -> Any:
+    """A started console (its start is the check ``check``), or None when it did not start."""
+    start = time.monotonic()
+    try:
+        console = make()
+        console.__enter__()
+    except Exception as exc:
+        report.record(check, False, time.monotonic() - start, why=f"{type(exc).__name__}: {exc}"[:2000])
+        return None
+    report.record(check, True, time.monotonic() - start)
+    return console
+
+
+def sql_literal(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
+
+
+def check_api_and_canaries(report: Report, base: Path) -> None:
+    """``Console("w")`` as the brief writes it, its limits and view, then the canary matrix in the same session."""
+    from console_bridge import Console
+
+    home = Path.home()
+    scope = report.scope
+    folder = fresh_dir(base, "api")
+    workspace = folder / "w"
+    workspace.mkdir()
+    inside = plant(workspace / "data.txt", scope)
+    canaries = {str(home / p): plant(home / p, scope) for p in CANARIES_BEFORE}  # home / "/tmp/x" is /tmp/x
+    # the workspace's .git stays denied inside the view
+    canaries[str(workspace / ".git" / "config")] = plant(workspace / ".git" / "config", scope)
+    os.chdir(folder)
+    console = start_session(report, "api-start", lambda: Console("w", limits=limits(), startup_timeout=STARTUP_TIMEOUT))
+    if console is None:
+        for check in ("api-1+1", "api-limits-named", "canaries-python", "canaries-sql", "view-works"):
+            report.record(check, False, 0.0, why="no session (see api-start)")
+        return
+    try:
+        with report.timed("api-1+1") as d:
+            result = console.run(python="1+1")
+            d["text"] = result.text.strip()
+            d["error"] = error_of(result)
+            d["ok"] = result.text.strip() == "2" and result.error is None
+        with report.timed("api-limits-named") as d:
+            status = console.status()
+            shown = {}
+            for name, item in status.limits.items():
+                get = item.get if isinstance(item, dict) else lambda k, _i=item: getattr(_i, k, None)
+                shown[name] = {"value": get("value"), "enforced_by": get("enforced_by"), "note": get("note")}
+                out(f"  | limit {name}: value={get('value')!r} enforced_by={get('enforced_by')!r} note={get('note')!r}")
+            view = getattr(status, "view", "<status().view does not exist>")
+            out(f"  | view: {view!r}")
+            unnamed = [n for n, s in shown.items() if s["value"] is not None and s["enforced_by"] not in MECHANISMS]
+            d["limits"] = shown
+            d["why"] = "no mechanism for: " + ", ".join(f"{n} ({shown[n]['note']})" for n in unnamed)
+            d["ok"] = bool(shown) and not unnamed
+        # planted after the start: a new file, a file under a folder missing at start, and a
+        # denied file replaced by rename (the way git's credential store saves)
+        canaries[str(home / ".config/app/late-token")] = plant(home / ".config/app/late-token", scope)
+        canaries[str(home / "late/secret")] = plant(home / "late/secret", scope)
+        replaced = home / ".git-credentials"
+        token = plant(home / ".git-credentials.new", scope)
+        os.replace(home / ".git-credentials.new", replaced)
+        canaries[str(replaced)] = token
+        with report.timed("canaries-python") as d:
+            result = console.run(python=python_reader(list(canaries)))
+            show(result.text)
+            leaked = [p for p, t in canaries.items() if t in result.text]
+            d["why"] = f"read: {', '.join(leaked)}" if leaked else f"error {error_of(result)}"
+            d["error"] = error_of(result)
+            d["ok"] = not leaked and result.error is None and result.text.count("DENIED") == len(canaries)
+        with report.timed("canaries-sql") as d:
+            leaked, outcomes = [], {}
+            for path, tok in canaries.items():
+                result = console.run(sql=f"select content from read_text({sql_literal(path)})")
+                if tok in result.text:
+                    leaked.append(path)
+                error = error_of(result)
+                outcomes[path] = "READ" if tok in result.text else error["name"] if error else result.text.strip()[:80]
+            d["why"] = f"read: {', '.join(leaked)}"
+            d["outcomes"] = outcomes
+            d["ok"] = not leaked
+        with report.timed("view-works") as d:
+            probe = (
+                "import os, tempfile, duckdb, yaml\n"
+                "print(open('data.txt').read().strip())\n"
+                "p = os.path.join(tempfile.gettempdir(), 'probe.txt')\n"
+                "open(p, 'w').write('tmp ok')\n"
+                "print(open(p).read(), duckdb.__version__, yaml.__version__)\n"
+            )
+            py = console.run(python=probe)
+            show(py.text)
+            sql_ws = console.run(sql=f"select content from read_text({sql_literal(str(workspace / 'data.txt'))})")
+            sql_42 = console.run(sql="select 42 as answer")
+            d["python"] = {"ok": inside in py.text and "tmp ok" in py.text, "error": error_of(py)}
+            d["sql_workspace"] = {"ok": inside in sql_ws.text, "error": error_of(sql_ws)}
+            d["sql"] = {"ok": "42" in sql_42.text, "error": error_of(sql_42)}
+            d["ok"] = d["python"]["ok"] and d["sql_workspace"]["ok"] and d["sql"]["ok"]
+            d["why"] = "failed: " + ", ".join(k for k in ("python", "sql_workspace", "sql") if not d[k]["ok"])
+    finally:
+        close_quietly(console)
+
+
+FORK_BOMB = f"""
+import os, time
+end, parent = time.monotonic() + {ATTACK_SECONDS}, os.getpid()
+while time.monotonic() < end:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.2)
+if os.getpid() != parent:
+    os._exit(0)
+raise RuntimeError("fork bomb ran for {ATTACK_SECONDS}s: no limit stopped it")
+"""
+MEMORY_HOG = f"""
+import time
+hog, end = [], time.monotonic() + {ATTACK_SECONDS}
+while len(hog) < 160 and time.monotonic() < end:   # at most 2.5 GiB, touched
+    hog.append(b"x" * (16 << 20))
+raise RuntimeError(f"holding {{len(hog) * 16}} MiB: no limit stopped it")
+"""
+TMPDIR_FILL = f"""
+import os, tempfile, time
+path, end = os.path.join(tempfile.gettempdir(), "fill.bin"), time.monotonic() + {ATTACK_SECONDS}
+chunk, written = b"x" * (1 << 20), 0
+with open(path, "wb") as f:
+    while written < (1 << 30) and time.monotonic() < end:   # at most 1 GiB
+        f.write(chunk)
+        f.flush()
+        written += len(chunk)
+raise RuntimeError(f"wrote {{written >> 20}} MiB to TMPDIR: no limit stopped it")
+"""
+ATTACKS: list[tuple[str, str]] = [("fork-bomb", FORK_BOMB), ("memory-hog", MEMORY_HOG), ("tmpdir-fill", TMPDIR_FILL)]
+
+
+def settle(console: Any) -> tuple[bool, str]:
+    """After an attack broke the session's next cell: poll (bounded) until no cell runs any more.
+    Returns whether the session is usable again, and what happened."""
+    start = time.monotonic()
+    while time.monotonic() - start < 90:
+        try:
+            result = console.poll(timeout_ms=5000)
+        except Exception as exc:
+            return False, f"poll() raised {type(exc).__name__}: {exc}"[:300]
+        if not result.running:
+            return True, f"idle after {time.monotonic() - start:.0f}s of poll(): {result.text.strip()[:200]!r}"
+    return False, "still running after 90s of poll()"
+
+
+def close_quietly(console: Any) -> None:
+    try:
+        console.__exit__(None, None, None)
+    except Exception as exc:
+        out(f"  | closing the session raised {type(exc).__name__}: {exc}")
+
+
+def check_attacks(report: Report, base: Path) -> None:
+    """Each attack ends its cell with error.kind == "limit"; the next cell of the session still works.
+
+    All attacks share one session. When an attack leaves it unusable, the bed waits for it to
+    settle (or opens a new one) so the next attack is still tried."""
+    from console_bridge import Console
+
+    folder = fresh_dir(base, "attacks")
+    (folder / "w").mkdir()
+    os.chdir(folder)
+    console: Any = None
+    starts = 0
+    for name, code in ATTACKS:
+        check = f"attack-{name}"
+        if console is None and starts >= 0:
+            # a new session after an attack left the last one unusable: "attacks-restart-N"
+            console = start_session(
+                report,
+                f"attacks-restart-{starts}" if starts else "attacks-start",
+                lambda: Console("w", limits=limits(**ATTACK_LIMITS), startup_timeout=STARTUP_TIMEOUT),
+            )
+            starts = starts + 1 if console is not None else -1   # a refused start is not retried
+        if console is None:
+            report.record(check, False, 0.0, why="no session (see attacks-start)")
+            continue
+        usable = False
+        with report.timed(check) as d:
+            d["limits"] = ATTACK_LIMITS
+            result = console.run(python=code, timeout=ATTACK_SECONDS * 6)
+            err = d["error"] = error_of(result)
+            d["why"] = f"ended with {err['kind']} {err['name']}: {err['message']}" if err else "no error"
+            try:
+                after = console.run(python="1+1", timeout=120)
+            except Exception as exc:
+                d["next_cell"] = f"{type(exc).__name__}: {exc}"[:300]
+                d["why"] += f"; the next cell raised {d['next_cell']}"
+                usable, d["settle"] = settle(console)
+            else:
+                usable = True
+                d["next_cell"] = {"text": after.text.strip(), "error": error_of(after)}
+                d["why"] += f"; next cell gave {after.text.strip()!r} {error_of(after) or ''}"
+                d["ok"] = (
+                    result.error is not None
+                    and result.error.kind == "limit"
+                    and after.text.strip() == "2"
+                    and after.error is None
+                )
+        if not usable:
+            close_quietly(console)
+            console = None
+    if console is not None:
+        close_quietly(console)
+
+
+CHECKS: dict[str, Callable[[Report, Path, Path], None]] = {
+    "doctor": lambda r, bed, base: check_doctor(r, base),
+    "quick-start": check_quick_start,
+    "cli-run": check_cli_run,
+    "api": lambda r, bed, base: check_api_and_canaries(r, base),
+    "attacks": lambda r, bed, base: check_attacks(r, base),
+}
+
+
+def run_scope(scope: str, bed: Path, only: list[str]) -> int:
+    report = Report(scope)
+    base = fresh_dir(Path.home() / "checks", scope)
+    check_where(report)
+    for name, check in CHECKS.items():
+        if not only or name in only:
+            os.chdir(base)
+            check(report, bed, base)
+    out(json.dumps({"scope_done": scope, "failed": report.failed}))
+    return 1 if report.failed else 0
+
+
+# --- the host side: a table of what held ---------------------------------------------------------
+
+
+def summarize(logs: list[Path]) -> int:
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    scope_lines: list[str] = []
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith('{"check"'):
+                item = json.loads(line)
+                rows.setdefault(item["check"], {})[item["scope"]] = item
+            elif line.startswith("SCOPE "):
+                scope_lines.append(line)
+    if not rows:
+        out("no check results in " + ", ".join(map(str, logs)))
+        return 1
+    order = ["login", "user-scope", "user-service"]
+    scopes = sorted({s for r in rows.values() for s in r}, key=lambda s: (order.index(s) if s in order else 9, s))
+    width = max([len(c) for c in rows] + [5])
+    out(f"{'check':<{width}}  " + "  ".join(f"{s:<18}" for s in scopes))
+    failed = 0
+    for check, by_scope in rows.items():
+        cells = []
+        for scope in scopes:
+            item = by_scope.get(scope)
+            if item is None:
+                cells.append(f"{'-':<18}")
+                continue
+            failed += not item["ok"]
+            cells.append(f"{('ok' if item['ok'] else 'FAIL') + ' ' + str(item['seconds']) + 's':<18}")
+        out(f"{check:<{width}}  " + "  ".join(cells))
+    # one line per distinct reason, naming every scope/check that failed for it
+    reasons: dict[str, list[str]] = {}
+    for check, by_scope in rows.items():
+        for scope, item in by_scope.items():
+            if not item["ok"]:
+                detail = item["detail"]
+                reason = detail.get("why") or detail.get("exception") or json.dumps(detail, default=str)
+                reasons.setdefault(reason[:400], []).append(f"{scope}/{check}")
+    for reason, where in reasons.items():
+        out(f"FAIL {', '.join(where)}:\n    {reason}")
+    for line in scope_lines:
+        out(line)
+    out(f"{failed} failed check(s)" if failed else "every check held")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scope", help="a name for where this runs: login, user-scope, user-service")
+    parser.add_argument("--bed", type=Path, default=Path.home() / "bed", help="the copy of the repo's files")
+    parser.add_argument("--only", action="append", default=[], choices=sorted(CHECKS), help="run only these checks")
+    parser.add_argument("--summary", nargs="+", type=Path, metavar="LOG", help="host side: tabulate guest logs")
+    args = parser.parse_args()
+    if args.summary:
+        return summarize(args.summary)
+    if not args.scope:
+        parser.error("--scope is required")
+    return run_scope(args.scope, args.bed, args.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
