@@ -9,9 +9,12 @@ owns the server's process tree exactly:
 * it applies rlimits and puts the server into the session's cgroups **before** the
   server runs, so everything the server starts inherits them (the supervisor itself
   stays in its own group, so it can remove the session's groups at the end);
-* with a ``tmpfs`` setting it enters a private mount namespace and mounts a
-  size-capped tmpfs on the session's TMPDIR (invisible to every other session,
-  gone with the namespace);
+* with a ``view`` setting, the server's process (between fork and exec) enters
+  namespaces of its own and builds the session's read view there (``_namespaces.py``:
+  a user namespace where it is not privileged, a mount namespace, the size-capped
+  tmpfs TMPDIR, ``pivot_root``), then takes its ``child_rlimits`` (``RLIMIT_NPROC``
+  counted over that user namespace); the supervisor itself stays in the host's view,
+  so it can remove the session's folders at the end;
 * it asks for a parent-death signal (``PR_SET_PDEATHSIG``): when the host dies it
   closes the server's stdin (the recording is finalized), kills the rest of the
   tree and removes the session's private folders.
@@ -49,12 +52,6 @@ if TYPE_CHECKING:
 SETUP_FAILED = 71
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-_CLONE_NEWNS = 0x00020000
-_MS_NOSUID = 2
-_MS_NODEV = 4
-_MS_REC = 16384
-_MS_PRIVATE = 1 << 18
-_MNT_DETACH = 2
 _RLIMITS = {
     "as": resource.RLIMIT_AS,
     "fsize": resource.RLIMIT_FSIZE,
