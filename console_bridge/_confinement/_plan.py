@@ -121,7 +121,9 @@ def _scope_command(host: HostKind, unit: str, memory: int | None, tasks: int | N
     argv = [shutil.which("systemd-run") or "systemd-run"]
     if host.systemd == "user":
         argv.append("--user")
-    argv += ["--scope", "--quiet", "--collect", f"--unit={unit}"]
+    # OOMPolicy=continue: an OOM kill of the worker is the cell's limit hit; systemd's default (stop)
+    # would end the whole session.
+    argv += ["--scope", "--quiet", "--collect", f"--unit={unit}", "-p", "OOMPolicy=continue"]
     if memory is not None:
         argv += ["-p", f"MemoryMax={memory}", "-p", "MemorySwapMax=0"]
     if tasks is not None:

@@ -83,6 +83,7 @@ def test_a_systemd_user_manager_puts_the_session_in_a_scope_of_its_own(
     scope = argv[: argv.index("--") + 1]
     assert scope[1:4] == ["--user", "--scope", "--quiet"]
     assert "--unit=console-bridge-t-scope.scope" in scope
+    assert "OOMPolicy=continue" in scope  # a worker's OOM kill must not stop the whole session
     assert f"MemoryMax={1 << 30}" in scope and "TasksMax=128" in scope and "CPUQuota=150%" in scope
     assert plan.scope_env == {"XDG_RUNTIME_DIR": "/run/user/1000"}
     assert '"drop_env": ["XDG_RUNTIME_DIR"]' in argv[-1]
