@@ -132,6 +132,33 @@ class Supervisor:
                 _fail(f"cannot set RLIMIT_{name.upper()}={soft}: {exc}")
         if "fsize" in dict(self.config.get("rlimits", {})):
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the cap fail with EFBIG instead
+        cells = self.config.get("scope_cells")
+        if isinstance(cells, dict):
+            self.split_scope(int(cells["processes"]))
+
+    def split_scope(self, processes: int) -> None:
+        """In a delegated systemd scope of its own: move this process (and so the server it starts)
+        into a leaf ``host`` group and make a ``cells`` group capped at ``processes`` tasks, which the
+        host moves the worker into. cgroup v2 allows controllers below a group only when the group
+        holds no process itself; the scope's own limit keeps the server headroom above the cells'."""
+        try:
+            with open("/proc/self/cgroup", encoding="ascii") as handle:
+                line = next(line for line in handle.read().splitlines() if line.startswith("0::"))
+        except (OSError, StopIteration):
+            _fail("cannot read this process's cgroup (v2) in its systemd scope")
+            return
+        base = os.path.join(os.environ.get("CONSOLE_BRIDGE_CGROUP_ROOT") or "/sys/fs/cgroup", line[3:].strip("/"))
+        try:
+            os.mkdir(os.path.join(base, "host"))
+            with open(os.path.join(base, "host", "cgroup.procs"), "w", encoding="ascii") as handle:
+                handle.write(str(os.getpid()))
+            with open(os.path.join(base, "cgroup.subtree_control"), "w", encoding="ascii") as handle:
+                handle.write("+pids")
+            os.mkdir(os.path.join(base, "cells"))
+            with open(os.path.join(base, "cells", "pids.max"), "w", encoding="ascii") as handle:
+                handle.write(str(processes))
+        except OSError as exc:
+            _fail(f"cannot split the session's systemd scope {base} into host and cells groups: {exc}")
 
     def start_server(self) -> None:
         read_end, self.stdin_w = os.pipe()
