@@ -2,28 +2,34 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import math
 import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import anyio
-import httpx2
 import mcp_types
 import pydantic
 from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from console_bridge._config import HttpSpec, ServerSpec, StdioSpec, load_server_spec
+from console_bridge._config import ServerSpec, StdioSpec, load_server_spec
 from console_bridge._confinement._plan import Supervision
-from console_bridge._connection._handles import NotCopyable, ToolHandle
+from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
+from console_bridge._connection._host import SessionHost, startup_error
+from console_bridge._connection._status import ConnectionStatus, Page, State
+from console_bridge._connection._wire import (
+    Kind,
+    check_cursor,
+    list_all,
+    list_page,
+    progress_callback,
+    prompt_content,
+    resource_content,
+    wire,
+)
 from console_bridge._errors import (
     BridgeError,
     Busy,
@@ -38,55 +44,13 @@ from console_bridge._governance._gate import Gate
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner, check_owner
 from console_bridge._results import ToolResult
-from console_bridge._transport._guard import Guard
-from console_bridge._transport._stdio import StdioChild, base_environment, open_stdio
+from console_bridge._transport._stdio import StdioChild
 
-__all__ = ["AsyncMcpConnection", "ConnectionStatus", "Page"]
+__all__ = ["AsyncMcpConnection", "ConnectionStatus", "Kind", "Page"]
 
-State = Literal["new", "connecting", "idle", "busy", "closed"]
-Kind = Literal["tools", "resources", "resource_templates", "prompts"]
 T = TypeVar("T")
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
-_CLIENT_INFO = mcp_types.Implementation(name="console-bridge", version="0.1.0")
-#: More pages than this in one listing walk is treated as a server fault.
-MAX_PAGES = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """One page of a discovery listing. Authorizes nothing."""
-
-    items: list[dict[str, Any]]
-    next_cursor: str | None
-    server: str
-    cursor: str | None = None
-    kind: str = "tools"
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionStatus:
-    """A snapshot of local state (no server traffic)."""
-
-    state: State
-    server: str
-    pid: int | None
-    owner: Owner
-    tools: tuple[str, ...]
-    resources: tuple[str, ...]
-    prompts: tuple[str, ...]
-    server_info: dict[str, Any] | None
-    calls: int
-    last_error: str | None
-    stderr_tail: str
-    revoked: dict[str, str] = field(default_factory=dict)
-    transport: str = "stdio"
-    notices: tuple[str, ...] = ()
-    instructions: str | None = None  # the server's initialize instructions (untrusted text)
-
-
-def _wire(model: pydantic.BaseModel) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 class AsyncMcpConnection(NotCopyable):
@@ -135,8 +99,6 @@ class AsyncMcpConnection(NotCopyable):
         self.timeout = float(timeout)
         self.startup_timeout = float(startup_timeout)
         self.shutdown_grace = float(shutdown_grace)
-        self._stderr_limit = stderr_limit
-        self._supervision = supervision
         self._state: State = "new"
         self._calls = 0
         self._last_error: str | None = None
@@ -152,11 +114,15 @@ class AsyncMcpConnection(NotCopyable):
             closed_error=self._closed_error,
         )
         self._close_error: ConnectionClosed | None = None
-        self._session: ClientSession | None = None
-        self._child: StdioChild | None = None
-        self._host_task: asyncio.Task[None] | None = None
-        self._stop = anyio.Event()
-        self._host_done = anyio.Event()
+        self._host = SessionHost(
+            self._spec,
+            stderr_limit=stderr_limit,
+            shutdown_grace=self.shutdown_grace,
+            supervision=supervision,
+            on_crash=self._record_crash,
+            on_desync=self._on_desync,
+            on_tools_changed=self._gate.tools_changed,
+        )
         self._active_scope: anyio.CancelScope | None = None
         self._seen_cursors: dict[str, set[str]] = {}
         self._server_info: dict[str, Any] | None = None
@@ -193,20 +159,18 @@ class AsyncMcpConnection(NotCopyable):
             return
         self._state = "connecting"
         self._gate.audit("lifecycle", action="connect_start")
-        ready = anyio.Event()
-        failure: list[BaseException] = []
-        self._host_task = asyncio.get_running_loop().create_task(self._host(ready, failure))
+        self._host.start()
         with anyio.move_on_after(self.startup_timeout) as scope:
             try:
-                await ready.wait()
+                await self._host.ready.wait()
             except anyio.get_cancelled_exc_class():
                 if not scope.cancel_called:  # cancelled by the caller: stop what was started
                     with anyio.CancelScope(shield=True):
                         await self._finish(ConnectionClosed(f"connect() to {self.server!r} was cancelled"))
                 raise
-            if failure:
+            if self._host.failure:
                 await self._finish(None)
-                raise self._translate_startup(failure[0])
+                raise self._translate_startup(self._host.failure[0])
             assert self._session is not None
             try:
                 await self._handshake(self._session)
@@ -279,70 +243,13 @@ class AsyncMcpConnection(NotCopyable):
         )
 
     # ---------------------------------------------------------------- the host
-    async def _host(self, ready: anyio.Event, failure: list[BaseException]) -> None:
-        """Owns the transport and the MCP session from start to stop, in one task."""
-        try:
-            async with AsyncExitStack() as stack:
-                read, write = await self._open_transport(stack)
-                tg = await stack.enter_async_context(anyio.create_task_group())
-                stack.callback(tg.cancel_scope.cancel)
-                guard = Guard(on_violation=self._on_desync, on_tools_changed=self._gate.tools_changed)
-                session_read, session_write = guard.start(tg, read, write)
-                stack.push_async_callback(guard.aclose)
-                self._session = await stack.enter_async_context(
-                    ClientSession(session_read, session_write, client_info=_CLIENT_INFO)
-                )
-                ready.set()
-                await self._watch(self._stop)
-        except BaseException as exc:
-            if not ready.is_set():
-                failure.append(exc)
-            elif not isinstance(exc, asyncio.CancelledError):
-                self._record_crash(f"transport failed: {type(exc).__name__}: {exc}")
-        finally:
-            self._session = None
-            ready.set()
-            self._host_done.set()
+    @property
+    def _child(self) -> StdioChild | None:
+        return self._host.child
 
-    async def _open_transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:
-        spec = self._spec
-        if isinstance(spec, HttpSpec):
-            client = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0))
-            )
-            read, write = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
-            return read, write
-        env = base_environment() | dict(spec.env)
-        self._child = await stack.enter_async_context(
-            open_stdio(
-                spec.command,
-                spec.args,
-                env=env,
-                cwd=spec.cwd,
-                stderr_limit=self._stderr_limit,
-                shutdown_grace=self.shutdown_grace,
-                **(self._supervision.as_kwargs() if self._supervision is not None else {}),
-            )
-        )
-        return self._child.read_stream, self._child.write_stream
-
-    async def _watch(self, stop: anyio.Event) -> None:
-        """Wait for a stop request or, for a stdio child, its exit (a crash); nothing is polled."""
-        child = self._child
-        if child is None:
-            await stop.wait()
-            return
-        async with anyio.create_task_group() as tg:
-
-            async def stopped() -> None:
-                await stop.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(stopped)
-            await child.process.wait()
-            tg.cancel_scope.cancel()
-        if child.returncode is not None and not stop.is_set():
-            self._record_crash(f"the server process exited with status {child.returncode}")
+    @property
+    def _session(self) -> ClientSession | None:
+        return self._host.session
 
     def _record_crash(self, what: str) -> None:
         if self._close_error is None:
@@ -354,7 +261,7 @@ class AsyncMcpConnection(NotCopyable):
             self._last_error = str(self._close_error.message)
             self._gate.audit("lifecycle", action="crash", reason=what)
         self._interrupt_active()
-        self._stop.set()
+        self._host.stop()
 
     def _on_desync(self, reason: str) -> None:
         if self._close_error is None:
@@ -366,7 +273,7 @@ class AsyncMcpConnection(NotCopyable):
             self._last_error = self._close_error.message
             self._gate.audit("lifecycle", action="desynchronized", reason=reason)
         self._interrupt_active()
-        self._stop.set()
+        self._host.stop()
 
     def _interrupt_active(self) -> None:
         if self._active_scope is not None:
@@ -381,11 +288,10 @@ class AsyncMcpConnection(NotCopyable):
             self._close_error = ConnectionClosed(f"connection to {self.server!r} is closed")
         self._state = "closed"
         self._interrupt_active()
-        self._stop.set()
-        if self._host_task is not None:
-            # Shielded: a caller cancelled mid-close must not lose the stop (or its audit record).
-            with anyio.CancelScope(shield=True):
-                await self._host_done.wait()
+        self._host.stop()
+        # Shielded: a caller cancelled mid-close must not lose the stop (or its audit record).
+        with anyio.CancelScope(shield=True):
+            await self._host.wait_stopped()
         if not already:
             self._gate.audit("lifecycle", action=action, reason=self._close_error.message)
 
@@ -403,20 +309,9 @@ class AsyncMcpConnection(NotCopyable):
         return error
 
     def _translate_startup(self, exc: BaseException) -> BridgeError:
-        if isinstance(exc, BridgeError):
-            return exc
-        if isinstance(exc, OSError):
-            spec = self._spec
-            command = spec.command if isinstance(spec, StdioSpec) else spec.url
-            return LaunchRefused(
-                f"server {self.server!r} could not be started ({command!r}: {exc.strerror or exc}); "
-                "check that the command exists and is executable",
-                server=self.server,
-            )
-        if isinstance(exc, MCPError):
-            return ServerError(
-                f"server {self.server!r} refused to initialize: {exc.message}", code=exc.code, **self._context()
-            )
+        error = startup_error(exc, self._spec, self._context())
+        if error is not None:
+            return error
         if self._close_error is not None:
             return self._closed_error("startup")
         return ConnectionClosed(
@@ -454,11 +349,7 @@ class AsyncMcpConnection(NotCopyable):
         if hold:
             if self._state == "busy":
                 self._gate.audit("refusal", target=what, reason="busy")
-                raise Busy(
-                    f"{what}: another call is active on the connection to {self.server!r}; nothing was sent. "
-                    "Wait for it to finish, or use a second connection.",
-                    server=self.server,
-                )
+                raise self._busy(what)
             self._state = "busy"
         deadline = self.timeout if timeout is None else timeout
         scope = anyio.CancelScope()
@@ -505,6 +396,13 @@ class AsyncMcpConnection(NotCopyable):
             if hold and self._state == "busy":
                 self._state = "idle"
 
+    def _busy(self, what: str) -> Busy:
+        return Busy(
+            f"{what}: another call is active on the connection to {self.server!r}; nothing was sent. "
+            "Wait for it to finish, or use a second connection.",
+            server=self.server,
+        )
+
     async def _settle_crash(self, what: str) -> None:
         """After a failed request: wait briefly for the child's exit status, then close."""
         child = self._child
@@ -523,36 +421,6 @@ class AsyncMcpConnection(NotCopyable):
             self._record_crash(f"the transport closed during {what}")
         await self._finish(None)
 
-    async def _list_all(self, session: ClientSession, kind: Kind) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(MAX_PAGES):
-            page_items, cursor = await self._list_page(session, kind, cursor)
-            items.extend(page_items)
-            if cursor is None:
-                return items
-            if cursor in seen:
-                raise ServerError(f"server {self.server!r} repeated the {kind} cursor {cursor!r}", server=self.server)
-            seen.add(cursor)
-        raise ServerError(f"server {self.server!r} returned more than {MAX_PAGES} {kind} pages", server=self.server)
-
-    async def _list_page(
-        self, session: ClientSession, kind: Kind, cursor: str | None
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-        if kind == "tools":
-            tools = await session.list_tools(params=params)
-            return [_wire(t) for t in tools.tools], tools.next_cursor
-        if kind == "resources":
-            res = await session.list_resources(params=params)
-            return [_wire(r) for r in res.resources], res.next_cursor
-        if kind == "resource_templates":
-            tmpl = await session.list_resource_templates(params=params)
-            return [_wire(r) for r in tmpl.resource_templates], tmpl.next_cursor
-        prompts = await session.list_prompts(params=params)
-        return [_wire(p) for p in prompts.prompts], prompts.next_cursor
-
     async def _handshake(self, session: ClientSession) -> None:
         remaining = self.startup_timeout
 
@@ -560,13 +428,13 @@ class AsyncMcpConnection(NotCopyable):
             return await s.initialize()
 
         result = await self._request("initialize", initialize, timeout=remaining, hold=False)
-        self._server_info = _wire(result.server_info) if result.server_info is not None else None
+        self._server_info = wire(result.server_info) if result.server_info is not None else None
         self._instructions = result.instructions if isinstance(result.instructions, str) else None
         if not self._gate.tools:
             return
 
         async def list_tools(s: ClientSession) -> list[dict[str, Any]]:
-            return await self._list_all(s, "tools")
+            return await list_all(s, "tools", self.server)
 
         listing = await self._request("tools/list", list_tools, timeout=remaining, hold=False)
         self._gate.admit(listing, self._context())
@@ -590,20 +458,10 @@ class AsyncMcpConnection(NotCopyable):
             raise NotAllowed("discover(cursor=...): the cursor must be the opaque string a previous page returned")
 
         async def page(s: ClientSession) -> tuple[list[dict[str, Any]], str | None]:
-            return await self._list_page(s, kind, cursor)
+            return await list_page(s, kind, cursor)
 
         items, next_cursor = await self._request(f"{kind}/list", page)
-        seen = self._seen_cursors.setdefault(kind, set())
-        if cursor is None:
-            seen.clear()
-        if next_cursor is not None:
-            if next_cursor in seen or next_cursor == cursor:
-                raise ServerError(
-                    f"server {self.server!r} repeated the {kind} cursor {next_cursor!r}: its pagination loops; "
-                    "stop walking here",
-                    server=self.server,
-                )
-            seen.add(next_cursor)
+        check_cursor(self._seen_cursors.setdefault(kind, set()), kind, cursor, next_cursor, self.server)
         self._gate.audit("discover", kind=kind, count=len(items))
         return Page(items=items, next_cursor=next_cursor, server=self.server, cursor=cursor, kind=kind)
 
@@ -618,14 +476,7 @@ class AsyncMcpConnection(NotCopyable):
 
         started = time.monotonic()
         result = await self._request(f"resources/read {uri}", read)
-        content: list[dict[str, Any]] = []
-        for item in result.contents:
-            data = _wire(item)
-            if "text" in data:
-                content.append({"type": "text", "text": data["text"]})
-            else:
-                content.append({"type": "resource", "resource": data})
-        return self._gate.finish_result(content, None, f"resource:{uri}", {"uri": uri}, started)
+        return self._gate.finish_result(resource_content(result), None, f"resource:{uri}", {"uri": uri}, started)
 
     async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> ToolResult:
         """Get an allowlisted prompt (exact name), else :class:`NotAllowed` without contacting the server."""
@@ -638,21 +489,14 @@ class AsyncMcpConnection(NotCopyable):
 
         started = time.monotonic()
         result = await self._request(f"prompts/get {name}", get)
-        content = []
-        for message in result.messages:
-            block = _wire(message.content) if not isinstance(message.content, list) else {}
-            if block.get("type") == "text":
-                content.append({"type": "text", "text": f"[{message.role}] {block.get('text', '')}"})
-            elif block:
-                content.append(block)
-        return self._gate.finish_result(content, None, f"prompt:{name}", args, started)
+        return self._gate.finish_result(prompt_content(result), None, f"prompt:{name}", args, started)
 
     # ------------------------------------------------------------------ tools
     async def _verify_pins(self, session: ClientSession, name: str) -> None:
         """Re-list the tools and let the gate compare every pin. Raises :class:`SchemaDrift` for ``name``."""
         try:
             with anyio.fail_after(self.timeout):
-                listing = await self._list_all(session, "tools")
+                listing = await list_all(session, "tools", self.server)
         except (TimeoutError, MCPError, ServerError) as exc:
             if isinstance(exc, MCPError) and exc.code == mcp_types.CONNECTION_CLOSED:
                 raise  # the server is gone, not drifted: _request reports the crash
@@ -687,11 +531,7 @@ class AsyncMcpConnection(NotCopyable):
         pinned = self._gate.authorize(name)
         if self._state == "busy":
             self._gate.refuse(f"tool {name!r}", "busy", tool=name)
-            raise Busy(
-                f"tool {name!r}: another call is active on the connection to {self.server!r}; nothing was sent. "
-                "Wait for it to finish, or use a second connection.",
-                server=self.server,
-            )
+            raise self._busy(f"tool {name!r}")
         self._state = "busy"
         call_id = self._gate.next_call_id()
         try:
@@ -715,21 +555,13 @@ class AsyncMcpConnection(NotCopyable):
         async def verify(s: ClientSession) -> None:
             await self._verify_pins(s, name)
 
-        async def report(progress: float, total: float | None, message: str | None) -> None:
-            if on_progress is None:
-                return
-            try:
-                outcome = on_progress(progress, total, message)
-                if inspect.isawaitable(outcome):
-                    await outcome
-            except Exception:  # a broken progress callback must not break the call
-                self._last_error = f"tool {name!r}: the on_progress callback raised"
+        report = progress_callback(
+            on_progress, lambda: self._note_error(f"tool {name!r}: the on_progress callback raised")
+        )
 
         async def call(s: ClientSession) -> mcp_types.CallToolResult:
             request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=args))
-            return await s.send_request(
-                request, mcp_types.CallToolResult, progress_callback=report if on_progress is not None else None
-            )
+            return await s.send_request(request, mcp_types.CallToolResult, progress_callback=report)
 
         try:
             if self._gate.pins_due():
@@ -740,7 +572,7 @@ class AsyncMcpConnection(NotCopyable):
         except BridgeError as exc:
             self._gate.call_failed(name, call_id, exc, started)
             raise
-        content = [_wire(block) for block in result.content]
+        content = [wire(block) for block in result.content]
         return self._gate.tool_result(
             name,
             args,
@@ -759,79 +591,22 @@ class AsyncMcpConnection(NotCopyable):
         self._require_session("tools()")
         if prefix is not None and not _PREFIX.match(prefix):
             raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
-        return [
-            ToolHandle(
-                name=f"{prefix}_{view.tool}" if prefix else view.tool,
-                tool=view.tool,
-                server=self.server,
-                description=view.description,
-                input_schema=view.input_schema,
-                annotations=view.annotations,
-                requires_approval=view.requires_approval,
-                owner=self.owner,
-                invoke=_bind_call(self, view.tool),
-            )
-            for view in self._gate.exposed_tools()
-        ]
+        return tool_handles(self._gate.exposed_tools(), prefix, self.server, self.owner, self.call_tool)
 
     def capability_tools(self, prefix: str = "mcp") -> list[ToolHandle]:
         """Read-resource and get-prompt tools whose argument is an enum of the allowlist."""
         self._require_session("capability_tools()")
         if not isinstance(prefix, str) or not _PREFIX.match(prefix):
             raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
-        handles = []
-        read_only = {"readOnlyHint": True}
-        if self._gate.resources:
-            handles.append(
-                ToolHandle(
-                    name=f"{prefix}_read_resource",
-                    tool="resources/read",
-                    server=self.server,
-                    description=f"Read one resource of server '{self.server}'. Allowed URIs: "
-                    + ", ".join(self._gate.resources),
-                    input_schema={
-                        "type": "object",
-                        "properties": {"uri": {"type": "string", "enum": list(self._gate.resources)}},
-                        "required": ["uri"],
-                        "additionalProperties": False,
-                    },
-                    annotations=read_only,
-                    requires_approval=False,
-                    owner=self.owner,
-                    invoke=lambda args: self.read_resource(str(args.get("uri", ""))),
-                )
-            )
-        if self._gate.prompts:
-            handles.append(
-                ToolHandle(
-                    name=f"{prefix}_get_prompt",
-                    tool="prompts/get",
-                    server=self.server,
-                    description=f"Get one prompt of server '{self.server}'. Allowed names: "
-                    + ", ".join(self._gate.prompts),
-                    input_schema={
-                        "type": "object",
-                        "properties": {
-                            "name": {"type": "string", "enum": list(self._gate.prompts)},
-                            "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
-                        },
-                        "required": ["name"],
-                        "additionalProperties": False,
-                    },
-                    annotations=read_only,
-                    requires_approval=False,
-                    owner=self.owner,
-                    invoke=lambda args: self.get_prompt(str(args.get("name", "")), args.get("arguments")),
-                )
-            )
-        return handles
+        return capability_handles(
+            prefix,
+            self.server,
+            self.owner,
+            resources=self._gate.resources,
+            prompts=self._gate.prompts,
+            read=lambda args: self.read_resource(str(args.get("uri", ""))),
+            get=lambda args: self.get_prompt(str(args.get("name", "")), args.get("arguments")),
+        )
 
     def _note_error(self, text: str) -> None:
         self._last_error = text
-
-
-def _bind_call(conn: AsyncMcpConnection, name: str) -> Callable[[dict[str, Any]], Awaitable[ToolResult]]:
-    async def invoke(arguments: dict[str, Any]) -> ToolResult:
-        return await conn.call_tool(name, arguments)
-
-    return invoke
