@@ -42,8 +42,8 @@ from console_bridge._results import CellFailure, CellResult, Image, Output, Tool
 
 if TYPE_CHECKING:
     from console_bridge._connection._async import AsyncMcpConnection
-    from console_bridge._connection._status import ConnectionStatus, Page
     from console_bridge._connection._blocking import McpConnection
+    from console_bridge._connection._status import ConnectionStatus, Page
     from console_bridge._console._blocking import Console
     from console_bridge._console._session import AsyncConsole, ConsoleStatus
     from console_bridge._manager._async import AsyncSessionManager

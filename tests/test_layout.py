@@ -73,7 +73,9 @@ def _graph() -> dict[str, set[str]]:
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join([*up, base] if base else up)
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+                ]
             for target in targets:
                 resolved = owner(target)
                 if resolved is None or resolved == name:
