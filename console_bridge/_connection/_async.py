@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from console_bridge._config import ServerSpec, StdioSpec, load_server_spec
 from console_bridge._confinement._plan import Supervision
 from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
-from console_bridge._connection._host import SessionHost, startup_error
+from console_bridge._connection._session_host import SessionHost, startup_error
 from console_bridge._connection._status import ConnectionStatus, Page, State
 from console_bridge._connection._wire import (
     Kind,

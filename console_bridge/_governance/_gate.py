@@ -436,21 +436,18 @@ class Gate:
     # ----------------------------------------------------- resources, prompts
     def allow_resource(self, uri: str) -> None:
         """:class:`NotAllowed` unless ``uri`` is on the resources allowlist (exact)."""
-        if uri not in self.resources:
-            self.refuse(f"resource {uri!r}", "not on the resources allowlist")
-            raise NotAllowed(
-                f"resource {uri!r} is not on the resources allowlist of {self.server!r} "
-                f"(allowed: {', '.join(self.resources) or 'none'}); nothing was sent",
-                server=self.server,
-            )
+        self._allow("resource", uri, self.resources)
 
     def allow_prompt(self, name: str) -> None:
         """:class:`NotAllowed` unless ``name`` is on the prompts allowlist (exact)."""
-        if name not in self.prompts:
-            self.refuse(f"prompt {name!r}", "not on the prompts allowlist")
+        self._allow("prompt", name, self.prompts)
+
+    def _allow(self, kind: str, name: str, allowed: tuple[str, ...]) -> None:
+        if name not in allowed:
+            self.refuse(f"{kind} {name!r}", f"not on the {kind}s allowlist")
             raise NotAllowed(
-                f"prompt {name!r} is not on the prompts allowlist of {self.server!r} "
-                f"(allowed: {', '.join(self.prompts) or 'none'}); nothing was sent",
+                f"{kind} {name!r} is not on the {kind}s allowlist of {self.server!r} "
+                f"(allowed: {', '.join(allowed) or 'none'}); nothing was sent",
                 server=self.server,
             )
 
