@@ -14,14 +14,13 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "console_bridge"
 MAX_LINES = 600
-#: Modules still over MAX_LINES, each left to the room that is changing it (issue 24's closing note).
-#: Take a module off this list when it is split; nothing may be added to it.
+#: Modules still over MAX_LINES, and why. Take a module off when it is split; add none.
 OVER_MAX = {
-    "_console/_session.py",
-    "_console/_outcome.py",
-    "_manager/_async.py",
-    "cli/_run.py",
-    "_connection/_async.py",
+    "_console/_session.py": "being changed by the confinement work (issue 19)",
+    "_console/_outcome.py": "being changed by the console room",
+    "cli/_run.py": "being changed by the cli room",
+    "_connection/_async.py": "lifecycle + requests only since issue 24 (612 lines); the next split is connect()",
+    "_manager/_async.py": "the pool alone since issue 24 (618 lines); the next split is the culling checks",
 }
 
 
@@ -143,5 +142,5 @@ def test_no_module_over_600_lines(path: Path) -> None:
     relative = str(path.relative_to(PACKAGE))
     lines = len(path.read_text(encoding="utf-8").splitlines())
     if relative in OVER_MAX:
-        pytest.skip(f"{relative}: {lines} lines, left to the room changing it")
+        pytest.skip(f"{relative}: {lines} lines, {OVER_MAX[relative]}")
     assert lines <= MAX_LINES, f"{relative} has {lines} lines: split it by what each part guarantees"
