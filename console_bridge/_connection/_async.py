@@ -437,7 +437,7 @@ class AsyncMcpConnection(NotCopyable):
             return await list_all(s, "tools", self.server)
 
         listing = await self._request("tools/list", list_tools, timeout=remaining, hold=False)
-        self._gate.admit(listing, self._context())
+        self._gate.admit(listing, self._context)
 
     # -------------------------------------------------------------- discovery
     async def discover(

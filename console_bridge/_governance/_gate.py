@@ -164,10 +164,10 @@ class Gate:
         self.audit("refusal", target=target, reason=reason, **extra)
 
     # ---------------------------------------------------------------- connect
-    def admit(self, listing: Sequence[dict[str, Any]], context: Mapping[str, Any]) -> None:
+    def admit(self, listing: Sequence[dict[str, Any]], context: Callable[[], Mapping[str, Any]]) -> None:
         """Check the first tools listing offers every allowlisted tool, then pin each.
 
-        Raises :class:`VerificationFailed` (with ``context``: server, pid, stderr tail).
+        Raises :class:`VerificationFailed` (with ``context()``: server, pid, stderr tail).
         """
         by_name = {str(tool.get("name")): tool for tool in listing}
         missing = [name for name in self.tools if name not in by_name]
@@ -176,7 +176,7 @@ class Gate:
                 f"server {self.server!r} does not offer the allowlisted tool(s) {', '.join(missing)} "
                 f"(it offers: {', '.join(sorted(by_name)) or 'none'}); it was stopped before any call. "
                 "Fix the allowlist or the server.",
-                **context,
+                **context(),
             )
             self.audit("refusal", reason="allowlisted tool missing", missing=missing)
             raise error

@@ -31,6 +31,11 @@ FLAGGED = {
 TASKS = {"name": "tasks", "annotations": {"readOnlyHint": True}, "execution": {"taskSupport": "required"}}
 
 
+def context() -> dict[str, Any]:
+    """What the connection would add to a VerificationFailed (its server, pid and stderr tail)."""
+    return {"server": "notes"}
+
+
 def gate(policy: Policy | None = None, tools: tuple[str, ...] = ("read", "write"), **kwargs: Any) -> Gate:
     errors: list[str] = kwargs.pop("errors", [])
     return Gate(
@@ -53,14 +58,14 @@ def test_allowlists_are_exact_names_without_duplicates() -> None:
 
 def test_admit_refuses_a_listing_without_an_allowlisted_tool() -> None:
     with pytest.raises(VerificationFailed, match=r"does not offer the allowlisted tool\(s\) write") as info:
-        gate().admit([READ], {"server": "notes", "pid": 7, "stderr_tail": "boom"})
+        gate().admit([READ], lambda: {"server": "notes", "pid": 7, "stderr_tail": "boom"})
     assert info.value.pid == 7
 
 
 def test_authorize_applies_allowlist_floor_and_task_support_in_order() -> None:
     errors: list[str] = []
     g = gate(tools=("read", "write", "tasks"), errors=errors)
-    g.admit([READ, WRITE, TASKS], {"server": "notes"})
+    g.admit([READ, WRITE, TASKS], context)
     assert g.authorize("read").name == "read"
     with pytest.raises(NotAllowed, match="not on the tools allowlist"):
         g.authorize("other")
@@ -84,7 +89,7 @@ def test_a_tool_not_pinned_yet_is_the_connections_closed_error() -> None:
 
 def test_drift_revokes_for_good_and_a_failed_relisting_fails_closed() -> None:
     g = gate(Policy(mode="read_write", pin_schemas="on_change"))
-    g.admit([READ, WRITE], {"server": "notes"})
+    g.admit([READ, WRITE], context)
     assert not g.pins_due()
     g.tools_changed()
     assert g.pins_due() and not g.pins_due()  # one re-listing per notification
@@ -102,7 +107,7 @@ def test_drift_revokes_for_good_and_a_failed_relisting_fails_closed() -> None:
 
 def test_a_flagged_tool_shows_a_neutral_description_and_needs_approval() -> None:
     g = gate(tools=("sneaky",))
-    g.admit([FLAGGED], {"server": "notes"})
+    g.admit([FLAGGED], context)
     (view,) = g.exposed_tools()
     assert "Ignore all previous" not in view.description and view.requires_approval
 
@@ -111,13 +116,13 @@ def test_approval_without_a_gate_is_denied_and_a_yes_passes() -> None:
     async def main() -> None:
         errors: list[str] = []
         g = gate(Policy(mode="read_write"), errors=errors)
-        g.admit([READ, WRITE], {"server": "notes"})
+        g.admit([READ, WRITE], context)
         with pytest.raises(ApprovalDenied, match="no approval gate is configured"):
             await g.approve(g.authorize("write"), {"text": "x"}, g.next_call_id())
         assert errors == ["tool 'write': approval denied"]
         await g.approve(g.authorize("read"), {}, g.next_call_id())  # read-only: nothing to ask
         yes = gate(Policy(mode="read_write", approve=lambda request: request.arguments == {"text": "x"}))
-        yes.admit([READ, WRITE], {"server": "notes"})
+        yes.admit([READ, WRITE], context)
         await yes.approve(yes.authorize("write"), {"text": "x"}, yes.next_call_id())
 
     anyio.run(main)
@@ -126,7 +131,7 @@ def test_approval_without_a_gate_is_denied_and_a_yes_passes() -> None:
 def test_tool_results_are_capped_and_checked_against_the_output_schema() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     g = gate(Policy(max_bytes=1024), tools=("read",))
-    g.admit([dict(READ, outputSchema=schema)], {"server": "notes"})
+    g.admit([dict(READ, outputSchema=schema)], context)
     started = time.monotonic()
     ok = g.tool_result(
         "read", {}, [{"type": "text", "text": "x" * 5000}], {"n": 1}, is_error=False, started=started, call_id="c1"
