@@ -191,3 +191,14 @@ def test_the_script_fails_a_failing_analysis_with_its_error(checkout: Checkout) 
     report = json.loads((artifacts / "report.json").read_text())
     assert report["exit_status"] == 1
     assert "ValueError: column revenue has 2 negative values" in (artifacts / "output.txt").read_text()
+
+
+def test_the_readme_ci_section_shows_the_workflow_as_it_is() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("\n## CI\n") : readme.index("\n## ", readme.index("\n## CI\n") + 4)]
+    shown = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    workflow = yaml.safe_load((EXAMPLE / "console-bridge.yml").read_text())
+    assert shown["permissions"] == workflow["permissions"]
+    assert shown["jobs"] == workflow["jobs"]
+    for setting in ("kernel.apparmor_restrict_unprivileged_userns=0", "libpython3.X-dev", "normal user"):
+        assert setting in section
