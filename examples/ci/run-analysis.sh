@@ -99,7 +99,8 @@ print(os.path.join(v("LIBDIR") or "", v("LDLIBRARY") or "") if v("Py_ENABLE_SHAR
     if [ -n "$library" ] && [ ! -e "$library" ]; then die 2 "$library is still missing after installing ${missing[*]}"; fi
 }
 
-sysctl_value() { cat "/proc/sys/$1" 2>/dev/null; }
+# (CONSOLE_BRIDGE_SYSCTL_ROOT: the library's test hook for another /proc/sys, honoured here too)
+sysctl_value() { cat "${CONSOLE_BRIDGE_SYSCTL_ROOT:-/proc/sys}/$1" 2>/dev/null; }
 
 step_userns() {
     local key=kernel/apparmor_restrict_unprivileged_userns value

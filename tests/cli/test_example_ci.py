@@ -202,3 +202,84 @@ def test_the_readme_ci_section_shows_the_workflow_as_it_is() -> None:
     assert shown["jobs"] == workflow["jobs"]
     for setting in ("kernel.apparmor_restrict_unprivileged_userns=0", "libpython3.X-dev", "normal user"):
         assert setting in section
+
+
+# ------------------------------------------- the user-namespace sysctl, on a simulated Ubuntu 24.04
+
+
+@pytest.fixture
+def ubuntu(tmp_path: Path) -> Path:
+    """A /proc/sys with Ubuntu 24.04's AppArmor restriction (the hook CONSOLE_BRIDGE_SYSCTL_ROOT)."""
+    sysctl = tmp_path / "proc-sys"
+    (sysctl / "kernel").mkdir(parents=True)
+    (sysctl / "kernel" / "apparmor_restrict_unprivileged_userns").write_text("1\n")
+    return sysctl
+
+
+def _fake_sysctl(tmp_path: Path, sysctl: Path, *, takes_effect: bool) -> Path:
+    """A `sysctl` first on PATH that accepts `-q -w KEY=VALUE` and, unless told not to, writes it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write = f'key=${{3%%=*}}; printf "%s\\n" "${{3#*=}}" > "{sysctl}/${{key//.//}}"' if takes_effect else "true"
+    fake = bin_dir / "sysctl"
+    fake.write_text(f"#!/bin/bash\necho \"sysctl $*\" >> {tmp_path}/sysctl.calls\n{write}\n")
+    fake.chmod(0o755)
+    return bin_dir
+
+
+def _script(tmp_path: Path, sysctl: Path, bin_dir: Path | None) -> subprocess.CompletedProcess[str]:
+    path = f"{bin_dir}:/usr/bin:/bin" if bin_dir else "/usr/bin:/bin"
+    env = {
+        "PATH": path, "HOME": str(tmp_path), "GITHUB_ACTIONS": "true", "RUNNER_TEMP": str(tmp_path),
+        "CONSOLE_BRIDGE_SYSCTL_ROOT": str(sysctl),
+        "CONSOLE_BRIDGE_SPEC": str(tmp_path / "no-such-checkout"),  # stop right after the host settings
+    }
+    return subprocess.run(["bash", str(REPO / SCRIPT)], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as_root runs sysctl directly only as root (else by sudo -n)")
+def test_the_sysctl_is_set_and_read_back(tmp_path: Path, ubuntu: Path) -> None:
+    proc = _script(tmp_path, ubuntu, _fake_sysctl(tmp_path, ubuntu, takes_effect=True))
+    assert "sysctl -q -w kernel.apparmor_restrict_unprivileged_userns=0" in (tmp_path / "sysctl.calls").read_text()
+    assert "kernel.apparmor_restrict_unprivileged_userns is now 0" in proc.stdout, proc.stdout + proc.stderr
+    assert "unshare -Urm works" in proc.stdout
+    assert proc.returncode == 2 and "pip install" in proc.stderr  # went on to the install (of a missing path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as_root runs sysctl directly only as root (else by sudo -n)")
+def test_a_sysctl_that_did_not_take_effect_stops_the_job(tmp_path: Path, ubuntu: Path) -> None:
+    proc = _script(tmp_path, ubuntu, _fake_sysctl(tmp_path, ubuntu, takes_effect=False))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "kernel.apparmor_restrict_unprivileged_userns is still 1 after setting it to 0" in proc.stderr
+    assert "::error title=run-analysis::kernel.apparmor_restrict_unprivileged_userns is still 1" in proc.stdout
+    assert "making the venv" not in proc.stdout  # nothing installed, nothing run
+
+
+def test_a_normal_user_who_cannot_sudo_is_told_what_to_run_as_root() -> None:
+    user = _user()
+    if user is None:
+        pytest.skip("needs root and the test user cbtest")
+    root = Path(tempfile.mkdtemp(prefix="cb-ci-sysctl-"))
+    try:
+        root.chmod(0o755)
+        sysctl = root / "proc-sys" / "kernel"
+        sysctl.mkdir(parents=True)
+        (sysctl / "apparmor_restrict_unprivileged_userns").write_text("1\n")
+        shutil.copytree(EXAMPLE, root / "ci")  # a copy readable by cbtest (the repo may not be)
+        env = {"PATH": "/usr/bin:/bin", "HOME": user.pw_dir, "RUNNER_TEMP": str(root),
+               "CONSOLE_BRIDGE_SYSCTL_ROOT": str(root / "proc-sys")}
+        sudo = shutil.which("sudo", path="/usr/bin:/bin")
+        if sudo is not None and subprocess.run(["runuser", "-u", "cbtest", "--", sudo, "-n", "true"],
+                                               capture_output=True, check=False).returncode == 0:
+            pytest.skip("cbtest may sudo here")
+        proc = subprocess.run(
+            ["runuser", "-u", "cbtest", "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+             "bash", str(root / "ci" / "run-analysis.sh")],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert "this user cannot sudo" in proc.stderr
+        assert "as root run sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in proc.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
