@@ -41,8 +41,9 @@ from console_bridge._identity import Owner, current_owner, run_context
 from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
 
 if TYPE_CHECKING:
-    from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Page
+    from console_bridge._connection._async import AsyncMcpConnection
     from console_bridge._connection._blocking import McpConnection
+    from console_bridge._connection._status import ConnectionStatus, Page
     from console_bridge._console._blocking import Console
     from console_bridge._console._session import AsyncConsole, ConsoleStatus
     from console_bridge._manager._async import AsyncSessionManager
@@ -55,8 +56,8 @@ __version__ = "0.1.0"
 # they load on first use, so `import console_bridge` and the CLI's --help stay fast.
 _LAZY = {
     "AsyncMcpConnection": "console_bridge._connection._async",
-    "ConnectionStatus": "console_bridge._connection._async",
-    "Page": "console_bridge._connection._async",
+    "ConnectionStatus": "console_bridge._connection._status",
+    "Page": "console_bridge._connection._status",
     "McpConnection": "console_bridge._connection._blocking",
     "Console": "console_bridge._console._blocking",
     "AsyncConsole": "console_bridge._console._session",

@@ -12,19 +12,19 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import anyio.from_thread
 from anyio.from_thread import BlockingPortal
 
-from console_bridge._connection._handles import ToolHandle
+from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._errors import BridgeError, ConnectionClosed
-from console_bridge._identity import check_owner
+from console_bridge._identity import Owner, check_owner
 from console_bridge._results import ToolResult
 
-__all__ = ["Portal"]
+__all__ = ["BlockingManager", "Portal"]
 
 T = TypeVar("T")
 
@@ -145,3 +145,73 @@ class Portal:
             return await anyio.to_thread.run_sync(call, arguments, abandon_on_cancel=False)
 
         return handle.with_blocking(call, invoke)
+
+
+class _AsyncManager(Protocol):
+    async def __aenter__(self) -> Any: ...
+
+    async def aclose(self) -> None: ...
+
+    async def close(self, session_id: str) -> None: ...
+
+
+M = TypeVar("M", bound=_AsyncManager)
+C = TypeVar("C", bound="_Closeable")
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+class BlockingManager(NotCopyable, Generic[M, C]):
+    """The shared half of a blocking session-manager twin: its portal, ``with``, start, shutdown.
+
+    A subclass builds its async manager through :meth:`_build` and says how one
+    session is opened (:meth:`open`); everything else forwards through the portal.
+    """
+
+    _async: M
+
+    def _build(self, what: str, make: Callable[[], M]) -> None:
+        self._portal = Portal(self, what)
+        try:
+            self._async = self._portal.run_sync(make)  # built in the loop thread it will run in
+        except BaseException:
+            self._portal.stop()
+            raise
+        self._portal.set_closer(self._async.aclose)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def start(self) -> None:
+        """Start the warm sessions (Ray: join the cluster, start the node hosts) in the background.
+
+        What ``with`` does.
+        """
+        self._portal.call(self._async.__aenter__)
+
+    def shutdown(self) -> None:
+        """Fail waiting claims, close every session (Ray: on every node) and stop the loop thread. Idempotent."""
+        self._portal.stop()
+
+    def open(self, *, owner: Owner, name: str | None = None) -> C:
+        """A long-lived session; close it with ``console.close()`` or ``manager.close(console.id)``."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def session(self, *, owner: Owner, name: str | None = None) -> Iterator[C]:
+        """A fresh session for ``owner``, closed on leaving."""
+        console = self.open(owner=owner, name=name)
+        try:
+            yield console
+        finally:
+            console.close()
+
+    def close(self, session_id: str) -> None:
+        """Close the session ``session_id``; its slot frees."""
+        self._portal.call(self._async.close, session_id)

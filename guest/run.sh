@@ -114,7 +114,7 @@ say "copied guest/ examples/ README.md$([ -n "$WHEEL_DIR" ] && echo ' and the pr
 
 ts=$(now)
 if [ -t 0 ]; then STDIN=(-n); else STDIN=(); fi
-"${SSH[@]}" "${STDIN[@]}" alice@127.0.0.1 "exec timeout ${GUEST_CMD_TIMEOUT:-1800} bash -lc $(printf %q "$CMD")"
+"${SSH[@]}" "${STDIN[@]}" "${GUEST_USER:-alice}@127.0.0.1" "exec timeout ${GUEST_CMD_TIMEOUT:-1800} bash -lc $(printf %q "$CMD")"
 rc=$?
 t_cmd=$(since "$ts")
 "${SSH[@]}" -n root@127.0.0.1 'journalctl -b --no-pager -o short-monotonic' >"$G/logs/journal-$STAMP.log" 2>&1

@@ -335,7 +335,7 @@ class RawSession(Session):
 
 def _as_text(result: Any) -> str:
     """A bridge result as the raw client's text: the bridge keeps the running notice in a field."""
-    return str(result.text) + (("\n" + RUNNING) if result.running else "")
+    return str(getattr(result, "combined", result.text)) + (("\n" + RUNNING) if result.running else "")
 
 
 class BridgeSession(Session):
@@ -390,6 +390,9 @@ def _safe_cmdline(proc: psutil.Process) -> list[str]:
 
 
 def _check_one(text: str) -> None:
+    # The bridge's startup code frames a cell's final value for its rich outputs (DISPLAY_START ...
+    # DISPLAY_END, see _console/_cells.py); a raw client launched the same way sees the frame.
+    text = re.sub("\ufdd2[^\ufdd3]*\ufdd3(.*?)\ufdd4", r"\1", text, flags=re.S)
     if text.strip() != "1":
         raise RuntimeError(f"the trivial cell returned {text!r}, not '1'")
 
@@ -802,7 +805,7 @@ async def phase_close_cancel(bench: Bench) -> None:
             result = await session.client.interrupt()
             if result.running:
                 raise RuntimeError("the bridge interrupt left the cell running")
-            text = result.text
+            text = result.combined  # the KeyboardInterrupt traceback is on stderr
         add(f"interrupt:{kind}", time.perf_counter() - started)
         if "KeyboardInterrupt" not in text:
             raise RuntimeError(f"the interrupt did not reach the cell: {text[-300:]!r}")

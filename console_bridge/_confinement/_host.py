@@ -2,7 +2,7 @@
 
 ``HostKind`` is the one place that knows about privileges, user namespaces, cgroup
 versions and delegation, and the systemd user manager; the limit strategies
-(``_mechanisms.py``) and the namespace choice are picked from it, never by ``if root:``
+(``_plan.py``) and the namespace choice are picked from it, never by ``if root:``
 elsewhere. ``detect_host()`` caches its answer; ``detect_host(refresh=True)`` reads again.
 
 Test hooks (documented, for simulating other hosts): ``CONSOLE_BRIDGE_CGROUP_ROOT``

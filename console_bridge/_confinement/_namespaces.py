@@ -218,6 +218,8 @@ def apply_plan(plan: dict[str, Any]) -> None:
             _bind("/proc", target, writable=True)
         else:
             raise SetupError(f"unknown mount plan step {kind!r}")
+    if os.path.lexists(root + "/.cb-empty"):  # the masks hold it; nothing else needs its name
+        os.unlink(root + "/.cb-empty")
     _pivot(root)
 
 

@@ -88,8 +88,11 @@ class Confinement:
         group = scope_group(supervisor_pid)
         if group is None:
             return False
+        if group.name == "host":  # the supervisor moved itself into the scope's leaf (split_scope)
+            group = group.parent
         held = {name: group for name in ("memory", "processes", "cpu") if self.reports[name].enforced_by}
-        self.cgroups = SessionCgroups(version="cgroup2", paths=[group], by_limit=held, owned=False)
+        cells = group / "cells" if (group / "cells").is_dir() else None
+        self.cgroups = SessionCgroups(version="cgroup2", paths=[group], by_limit=held, cells=cells, owned=False)
         return True
 
     def mechanism(self, name: str) -> str | None:
@@ -122,7 +125,11 @@ def _scope_command(host: HostKind, unit: str, memory: int | None, tasks: int | N
     argv = [shutil.which("systemd-run") or "systemd-run"]
     if host.systemd == "user":
         argv.append("--user")
-    argv += ["--scope", "--quiet", "--collect", f"--unit={unit}"]
+    # OOMPolicy=continue: an OOM kill of the worker is the cell's limit hit; systemd's default (stop)
+    # would end the whole session.
+    # Delegate=yes: the supervisor splits the scope into a host group and a cells group (see
+    # _supervisor.split_scope), so a fork bomb meets the cells' limit and the server keeps headroom.
+    argv += ["--scope", "--quiet", "--collect", f"--unit={unit}", "-p", "OOMPolicy=continue", "-p", "Delegate=yes"]
     if memory is not None:
         argv += ["-p", f"MemoryMax={memory}", "-p", "MemorySwapMax=0"]
     if tasks is not None:
@@ -182,8 +189,10 @@ def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = No
         if value is None:
             reports[name] = LimitReport(None, None)
         elif scope is not None:
-            note = f"{unit} (the server and its helpers share {PIDS_HEADROOM} more tasks)" if name == "processes" else (
-                unit or ""
+            note = (
+                f"{unit}: cells get the limit in its cells group, the server and its helpers {PIDS_HEADROOM} more"
+                if name == "processes"
+                else unit or ""
             )
             reports[name] = LimitReport(value, "systemd-scope", note)
         elif name in groups.by_limit:
@@ -284,6 +293,8 @@ def supervisor_command(
         prefix = list(confinement.scope or [])
         if confinement.scope_env:
             config["drop_env"] = sorted(confinement.scope_env)
+        if confinement.scope is not None and confinement.limits.processes is not None:
+            config["scope_cells"] = {"processes": confinement.limits.processes}
     if view is not None:
         config["view"] = view
     return [*prefix, sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config)]

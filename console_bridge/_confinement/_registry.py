@@ -143,6 +143,7 @@ class SessionEntry:
     recording_base: str = ""
     recording: str | None = None
     cgroups: list[str] = field(default_factory=list)
+    limits: dict[str, str | None] = field(default_factory=dict)  # limit -> what holds it ("userns-rlimit", ...)
 
     @property
     def path(self) -> Path:

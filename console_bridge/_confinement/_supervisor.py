@@ -9,9 +9,12 @@ owns the server's process tree exactly:
 * it applies rlimits and puts the server into the session's cgroups **before** the
   server runs, so everything the server starts inherits them (the supervisor itself
   stays in its own group, so it can remove the session's groups at the end);
-* with a ``tmpfs`` setting it enters a private mount namespace and mounts a
-  size-capped tmpfs on the session's TMPDIR (invisible to every other session,
-  gone with the namespace);
+* with a ``view`` setting, the server's process (between fork and exec) enters
+  namespaces of its own and builds the session's read view there (``_namespaces.py``:
+  a user namespace where it is not privileged, a mount namespace, the size-capped
+  tmpfs TMPDIR, ``pivot_root``), then takes its ``child_rlimits`` (``RLIMIT_NPROC``
+  counted over that user namespace); the supervisor itself stays in the host's view,
+  so it can remove the session's folders at the end;
 * it asks for a parent-death signal (``PR_SET_PDEATHSIG``): when the host dies it
   closes the server's stdin (the recording is finalized), kills the rest of the
   tree and removes the session's private folders.
@@ -49,12 +52,6 @@ if TYPE_CHECKING:
 SETUP_FAILED = 71
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-_CLONE_NEWNS = 0x00020000
-_MS_NOSUID = 2
-_MS_NODEV = 4
-_MS_REC = 16384
-_MS_PRIVATE = 1 << 18
-_MNT_DETACH = 2
 _RLIMITS = {
     "as": resource.RLIMIT_AS,
     "fsize": resource.RLIMIT_FSIZE,
@@ -135,6 +132,33 @@ class Supervisor:
                 _fail(f"cannot set RLIMIT_{name.upper()}={soft}: {exc}")
         if "fsize" in dict(self.config.get("rlimits", {})):
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the cap fail with EFBIG instead
+        cells = self.config.get("scope_cells")
+        if isinstance(cells, dict):
+            self.split_scope(int(cells["processes"]))
+
+    def split_scope(self, processes: int) -> None:
+        """In a delegated systemd scope of its own: move this process (and so the server it starts)
+        into a leaf ``host`` group and make a ``cells`` group capped at ``processes`` tasks, which the
+        host moves the worker into. cgroup v2 allows controllers below a group only when the group
+        holds no process itself; the scope's own limit keeps the server headroom above the cells'."""
+        try:
+            with open("/proc/self/cgroup", encoding="ascii") as handle:
+                line = next(line for line in handle.read().splitlines() if line.startswith("0::"))
+        except (OSError, StopIteration):
+            _fail("cannot read this process's cgroup (v2) in its systemd scope")
+            return
+        base = os.path.join(os.environ.get("CONSOLE_BRIDGE_CGROUP_ROOT") or "/sys/fs/cgroup", line[3:].strip("/"))
+        try:
+            os.mkdir(os.path.join(base, "host"))
+            with open(os.path.join(base, "host", "cgroup.procs"), "w", encoding="ascii") as handle:
+                handle.write(str(os.getpid()))
+            with open(os.path.join(base, "cgroup.subtree_control"), "w", encoding="ascii") as handle:
+                handle.write("+pids")
+            os.mkdir(os.path.join(base, "cells"))
+            with open(os.path.join(base, "cells", "pids.max"), "w", encoding="ascii") as handle:
+                handle.write(str(processes))
+        except OSError as exc:
+            _fail(f"cannot split the session's systemd scope {base} into host and cells groups: {exc}")
 
     def start_server(self) -> None:
         read_end, self.stdin_w = os.pipe()

@@ -2,33 +2,35 @@
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import inspect
 import math
 import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import anyio
-import httpx2
-import jsonschema
 import mcp_types
 import pydantic
 from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from console_bridge._config import HttpSpec, ServerSpec, StdioSpec, load_server_spec
+from console_bridge._config import ServerSpec, StdioSpec, load_server_spec
 from console_bridge._confinement._plan import Supervision
-from console_bridge._connection._handles import NotCopyable, ToolHandle
+from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
+from console_bridge._connection._session_host import SessionHost, startup_error
+from console_bridge._connection._status import ConnectionStatus, Page, State
+from console_bridge._connection._wire import (
+    Kind,
+    check_cursor,
+    list_all,
+    list_page,
+    progress_callback,
+    prompt_content,
+    resource_content,
+    wire,
+)
 from console_bridge._errors import (
-    ApprovalDenied,
     BridgeError,
     Busy,
     CallTimeout,
@@ -36,80 +38,19 @@ from console_bridge._errors import (
     Desynchronized,
     LaunchRefused,
     NotAllowed,
-    SchemaDrift,
     ServerError,
-    VerificationFailed,
 )
-from console_bridge._governance._audit import sha256_json
-from console_bridge._governance._caps import cap_result, json_size
-from console_bridge._governance._pinning import tool_fingerprint
-from console_bridge._governance._policy import TASK_REQUIRED, ApprovalRequest, Exposure, Policy, exposure, run_approver
-from console_bridge._governance._sanitize import neutral_description, sanitize_schema, scan_tool
-from console_bridge._identity import Owner, check_owner, current_owner
-from console_bridge._results import ToolResult, result_from_content
-from console_bridge._transport._guard import Guard
-from console_bridge._transport._stdio import StdioChild, base_environment, open_stdio
+from console_bridge._governance._gate import Gate
+from console_bridge._governance._policy import Policy
+from console_bridge._identity import Owner, check_owner
+from console_bridge._results import ToolResult
+from console_bridge._transport._stdio import StdioChild
 
-__all__ = ["AsyncMcpConnection", "ConnectionStatus", "Page"]
+__all__ = ["AsyncMcpConnection", "ConnectionStatus", "Kind", "Page"]
 
-State = Literal["new", "connecting", "idle", "busy", "closed"]
-Kind = Literal["tools", "resources", "resource_templates", "prompts"]
 T = TypeVar("T")
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
-_CLIENT_INFO = mcp_types.Implementation(name="console-bridge", version="0.1.0")
-#: More pages than this in one listing walk is treated as a server fault.
-MAX_PAGES = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """One page of a discovery listing. Authorizes nothing."""
-
-    items: list[dict[str, Any]]
-    next_cursor: str | None
-    server: str
-    cursor: str | None = None
-    kind: str = "tools"
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionStatus:
-    """A snapshot of local state (no server traffic)."""
-
-    state: State
-    server: str
-    pid: int | None
-    owner: Owner
-    tools: tuple[str, ...]
-    resources: tuple[str, ...]
-    prompts: tuple[str, ...]
-    server_info: dict[str, Any] | None
-    calls: int
-    last_error: str | None
-    stderr_tail: str
-    revoked: dict[str, str] = field(default_factory=dict)
-    transport: str = "stdio"
-    notices: tuple[str, ...] = ()
-    instructions: str | None = None  # the server's initialize instructions (untrusted text)
-
-
-@dataclass
-class _ToolState:
-    wire: dict[str, Any]
-    fingerprint: str
-    flags: tuple[str, ...]
-    exposure: Exposure
-
-
-def _wire(model: pydantic.BaseModel) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-def _names(values: Sequence[str], what: str) -> tuple[str, ...]:
-    if isinstance(values, str) or not all(isinstance(v, str) and v for v in values):
-        raise LaunchRefused(f"{what} must be a sequence of exact names (strings), e.g. {what}=['echo']")
-    return tuple(dict.fromkeys(values))
 
 
 class AsyncMcpConnection(NotCopyable):
@@ -155,33 +96,42 @@ class AsyncMcpConnection(NotCopyable):
         self._spec: ServerSpec = load_server_spec(config, server)
         self.server = server
         self.owner = owner
-        self.policy = policy if policy is not None else Policy()
         self.timeout = float(timeout)
         self.startup_timeout = float(startup_timeout)
         self.shutdown_grace = float(shutdown_grace)
-        self._stderr_limit = stderr_limit
-        self._supervision = supervision
-        self._allowed_tools = _names(tools, "tools")
-        self._allowed_resources = _names(resources, "resources")
-        self._allowed_prompts = _names(prompts, "prompts")
         self._state: State = "new"
         self._calls = 0
         self._last_error: str | None = None
+        #: Every policy decision (allowlists, floor, pins, approval, caps, audit) is the gate's.
+        self._gate = Gate(
+            policy if policy is not None else Policy(),
+            server,
+            owner=lambda: self.owner,
+            tools=tools,
+            resources=resources,
+            prompts=prompts,
+            note_error=self._note_error,
+            closed_error=self._closed_error,
+        )
         self._close_error: ConnectionClosed | None = None
-        self._session: ClientSession | None = None
-        self._child: StdioChild | None = None
-        self._host_task: asyncio.Task[None] | None = None
-        self._stop = anyio.Event()
-        self._host_done = anyio.Event()
+        self._host = SessionHost(
+            self._spec,
+            stderr_limit=stderr_limit,
+            shutdown_grace=self.shutdown_grace,
+            supervision=supervision,
+            on_crash=self._record_crash,
+            on_desync=self._on_desync,
+            on_tools_changed=self._gate.tools_changed,
+        )
         self._active_scope: anyio.CancelScope | None = None
-        self._tool_states: dict[str, _ToolState] = {}
-        self._revoked: dict[str, str] = {}
-        self._tools_changed = False
         self._seen_cursors: dict[str, set[str]] = {}
         self._server_info: dict[str, Any] | None = None
         self._instructions: str | None = None
-        self._audit_id = uuid.uuid4().hex[:12]  # tells this connection's audit records apart
-        self._call_seq = 0
+
+    @property
+    def policy(self) -> Policy:
+        """The :class:`Policy` every call of this connection is held to."""
+        return self._gate.policy
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} server={self.server!r} state={self._state} owner={self.owner!s}>"
@@ -208,21 +158,19 @@ class AsyncMcpConnection(NotCopyable):
                 raise self._closed_error("connect()")
             return
         self._state = "connecting"
-        self._audit("lifecycle", action="connect_start")
-        ready = anyio.Event()
-        failure: list[BaseException] = []
-        self._host_task = asyncio.get_running_loop().create_task(self._host(ready, failure))
+        self._gate.audit("lifecycle", action="connect_start")
+        self._host.start()
         with anyio.move_on_after(self.startup_timeout) as scope:
             try:
-                await ready.wait()
+                await self._host.ready.wait()
             except anyio.get_cancelled_exc_class():
                 if not scope.cancel_called:  # cancelled by the caller: stop what was started
                     with anyio.CancelScope(shield=True):
                         await self._finish(ConnectionClosed(f"connect() to {self.server!r} was cancelled"))
                 raise
-            if failure:
+            if self._host.failure:
                 await self._finish(None)
-                raise self._translate_startup(failure[0])
+                raise self._translate_startup(self._host.failure[0])
             assert self._session is not None
             try:
                 await self._handshake(self._session)
@@ -244,7 +192,7 @@ class AsyncMcpConnection(NotCopyable):
                 await self._finish(error)
             raise error
         self._state = "idle"
-        self._audit("lifecycle", action="connect", pid=self.pid, server_info=self._server_info)
+        self._gate.audit("lifecycle", action="connect", pid=self.pid, server_info=self._server_info)
 
     async def close(self) -> None:
         """Close cleanly (stdin closed, bounded wait, then the tree is killed). Idempotent.
@@ -281,89 +229,27 @@ class AsyncMcpConnection(NotCopyable):
             server=self.server,
             pid=self.pid,
             owner=self.owner,
-            tools=self._allowed_tools,
-            resources=self._allowed_resources,
-            prompts=self._allowed_prompts,
+            tools=self._gate.tools,
+            resources=self._gate.resources,
+            prompts=self._gate.prompts,
             server_info=self._server_info,
             calls=self._calls,
             last_error=self._last_error,
             stderr_tail=self._child.stderr.text() if self._child is not None else "",
-            revoked=dict(self._revoked),
+            revoked=self._gate.revoked,
             transport="stdio" if isinstance(self._spec, StdioSpec) else "http",
-            notices=tuple(
-                f"tool {name!r} is not exposed: it declares execution.taskSupport 'required' (every plain call "
-                "would fail; the bridge does not make task-augmented calls)"
-                for name, state in self._tool_states.items()
-                if TASK_REQUIRED in state.exposure.reasons
-            ),
+            notices=self._gate.notices(),
             instructions=self._instructions,
         )
 
     # ---------------------------------------------------------------- the host
-    async def _host(self, ready: anyio.Event, failure: list[BaseException]) -> None:
-        """Owns the transport and the MCP session from start to stop, in one task."""
-        try:
-            async with AsyncExitStack() as stack:
-                read, write = await self._open_transport(stack)
-                tg = await stack.enter_async_context(anyio.create_task_group())
-                stack.callback(tg.cancel_scope.cancel)
-                guard = Guard(on_violation=self._on_desync, on_tools_changed=self._on_tools_changed)
-                session_read, session_write = guard.start(tg, read, write)
-                stack.push_async_callback(guard.aclose)
-                self._session = await stack.enter_async_context(
-                    ClientSession(session_read, session_write, client_info=_CLIENT_INFO)
-                )
-                ready.set()
-                await self._watch(self._stop)
-        except BaseException as exc:
-            if not ready.is_set():
-                failure.append(exc)
-            elif not isinstance(exc, asyncio.CancelledError):
-                self._record_crash(f"transport failed: {type(exc).__name__}: {exc}")
-        finally:
-            self._session = None
-            ready.set()
-            self._host_done.set()
+    @property
+    def _child(self) -> StdioChild | None:
+        return self._host.child
 
-    async def _open_transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:
-        spec = self._spec
-        if isinstance(spec, HttpSpec):
-            client = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0))
-            )
-            read, write = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
-            return read, write
-        env = base_environment() | dict(spec.env)
-        self._child = await stack.enter_async_context(
-            open_stdio(
-                spec.command,
-                spec.args,
-                env=env,
-                cwd=spec.cwd,
-                stderr_limit=self._stderr_limit,
-                shutdown_grace=self.shutdown_grace,
-                **(self._supervision.as_kwargs() if self._supervision is not None else {}),
-            )
-        )
-        return self._child.read_stream, self._child.write_stream
-
-    async def _watch(self, stop: anyio.Event) -> None:
-        """Wait for a stop request or, for a stdio child, its exit (a crash); nothing is polled."""
-        child = self._child
-        if child is None:
-            await stop.wait()
-            return
-        async with anyio.create_task_group() as tg:
-
-            async def stopped() -> None:
-                await stop.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(stopped)
-            await child.process.wait()
-            tg.cancel_scope.cancel()
-        if child.returncode is not None and not stop.is_set():
-            self._record_crash(f"the server process exited with status {child.returncode}")
+    @property
+    def _session(self) -> ClientSession | None:
+        return self._host.session
 
     def _record_crash(self, what: str) -> None:
         if self._close_error is None:
@@ -373,9 +259,9 @@ class AsyncMcpConnection(NotCopyable):
                 **self._context(),
             )
             self._last_error = str(self._close_error.message)
-            self._audit("lifecycle", action="crash", reason=what)
+            self._gate.audit("lifecycle", action="crash", reason=what)
         self._interrupt_active()
-        self._stop.set()
+        self._host.stop()
 
     def _on_desync(self, reason: str) -> None:
         if self._close_error is None:
@@ -385,12 +271,9 @@ class AsyncMcpConnection(NotCopyable):
                 **self._context(),
             )
             self._last_error = self._close_error.message
-            self._audit("lifecycle", action="desynchronized", reason=reason)
+            self._gate.audit("lifecycle", action="desynchronized", reason=reason)
         self._interrupt_active()
-        self._stop.set()
-
-    def _on_tools_changed(self) -> None:
-        self._tools_changed = True
+        self._host.stop()
 
     def _interrupt_active(self) -> None:
         if self._active_scope is not None:
@@ -405,13 +288,12 @@ class AsyncMcpConnection(NotCopyable):
             self._close_error = ConnectionClosed(f"connection to {self.server!r} is closed")
         self._state = "closed"
         self._interrupt_active()
-        self._stop.set()
-        if self._host_task is not None:
-            # Shielded: a caller cancelled mid-close must not lose the stop (or its audit record).
-            with anyio.CancelScope(shield=True):
-                await self._host_done.wait()
+        self._host.stop()
+        # Shielded: a caller cancelled mid-close must not lose the stop (or its audit record).
+        with anyio.CancelScope(shield=True):
+            await self._host.wait_stopped()
         if not already:
-            self._audit("lifecycle", action=action, reason=self._close_error.message)
+            self._gate.audit("lifecycle", action=action, reason=self._close_error.message)
 
     def _context(self) -> dict[str, Any]:
         child = self._child
@@ -427,20 +309,9 @@ class AsyncMcpConnection(NotCopyable):
         return error
 
     def _translate_startup(self, exc: BaseException) -> BridgeError:
-        if isinstance(exc, BridgeError):
-            return exc
-        if isinstance(exc, OSError):
-            spec = self._spec
-            command = spec.command if isinstance(spec, StdioSpec) else spec.url
-            return LaunchRefused(
-                f"server {self.server!r} could not be started ({command!r}: {exc.strerror or exc}); "
-                "check that the command exists and is executable",
-                server=self.server,
-            )
-        if isinstance(exc, MCPError):
-            return ServerError(
-                f"server {self.server!r} refused to initialize: {exc.message}", code=exc.code, **self._context()
-            )
+        error = startup_error(exc, self._spec, self._context())
+        if error is not None:
+            return error
         if self._close_error is not None:
             return self._closed_error("startup")
         return ConnectionClosed(
@@ -477,12 +348,8 @@ class AsyncMcpConnection(NotCopyable):
         session = self._require_session(what)
         if hold:
             if self._state == "busy":
-                self._audit("refusal", target=what, reason="busy")
-                raise Busy(
-                    f"{what}: another call is active on the connection to {self.server!r}; nothing was sent. "
-                    "Wait for it to finish, or use a second connection.",
-                    server=self.server,
-                )
+                self._gate.audit("refusal", target=what, reason="busy")
+                raise self._busy(what)
             self._state = "busy"
         deadline = self.timeout if timeout is None else timeout
         scope = anyio.CancelScope()
@@ -529,6 +396,13 @@ class AsyncMcpConnection(NotCopyable):
             if hold and self._state == "busy":
                 self._state = "idle"
 
+    def _busy(self, what: str) -> Busy:
+        return Busy(
+            f"{what}: another call is active on the connection to {self.server!r}; nothing was sent. "
+            "Wait for it to finish, or use a second connection.",
+            server=self.server,
+        )
+
     async def _settle_crash(self, what: str) -> None:
         """After a failed request: wait briefly for the child's exit status, then close."""
         child = self._child
@@ -547,36 +421,6 @@ class AsyncMcpConnection(NotCopyable):
             self._record_crash(f"the transport closed during {what}")
         await self._finish(None)
 
-    async def _list_all(self, session: ClientSession, kind: Kind) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(MAX_PAGES):
-            page_items, cursor = await self._list_page(session, kind, cursor)
-            items.extend(page_items)
-            if cursor is None:
-                return items
-            if cursor in seen:
-                raise ServerError(f"server {self.server!r} repeated the {kind} cursor {cursor!r}", server=self.server)
-            seen.add(cursor)
-        raise ServerError(f"server {self.server!r} returned more than {MAX_PAGES} {kind} pages", server=self.server)
-
-    async def _list_page(
-        self, session: ClientSession, kind: Kind, cursor: str | None
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-        if kind == "tools":
-            tools = await session.list_tools(params=params)
-            return [_wire(t) for t in tools.tools], tools.next_cursor
-        if kind == "resources":
-            res = await session.list_resources(params=params)
-            return [_wire(r) for r in res.resources], res.next_cursor
-        if kind == "resource_templates":
-            tmpl = await session.list_resource_templates(params=params)
-            return [_wire(r) for r in tmpl.resource_templates], tmpl.next_cursor
-        prompts = await session.list_prompts(params=params)
-        return [_wire(p) for p in prompts.prompts], prompts.next_cursor
-
     async def _handshake(self, session: ClientSession) -> None:
         remaining = self.startup_timeout
 
@@ -584,49 +428,16 @@ class AsyncMcpConnection(NotCopyable):
             return await s.initialize()
 
         result = await self._request("initialize", initialize, timeout=remaining, hold=False)
-        self._server_info = _wire(result.server_info) if result.server_info is not None else None
+        self._server_info = wire(result.server_info) if result.server_info is not None else None
         self._instructions = result.instructions if isinstance(result.instructions, str) else None
-        if not self._allowed_tools:
+        if not self._gate.tools:
             return
 
         async def list_tools(s: ClientSession) -> list[dict[str, Any]]:
-            return await self._list_all(s, "tools")
+            return await list_all(s, "tools", self.server)
 
         listing = await self._request("tools/list", list_tools, timeout=remaining, hold=False)
-        by_name = {str(tool.get("name")): tool for tool in listing}
-        missing = [name for name in self._allowed_tools if name not in by_name]
-        if missing:
-            error = VerificationFailed(
-                f"server {self.server!r} does not offer the allowlisted tool(s) {', '.join(missing)} "
-                f"(it offers: {', '.join(sorted(by_name)) or 'none'}); it was stopped before any call. "
-                "Fix the allowlist or the server.",
-                **self._context(),
-            )
-            self._audit("refusal", reason="allowlisted tool missing", missing=missing)
-            raise error
-        for name in self._allowed_tools:
-            self._pin(by_name[name])
-
-    def _pin(self, wire: dict[str, Any]) -> _ToolState:
-        name = str(wire["name"])
-        policy = self.policy
-        flags = tuple(scan_tool(wire, max_chars=policy.max_description_chars)) if policy.sanitize_descriptions else ()
-        state = _ToolState(
-            wire=wire,
-            fingerprint=tool_fingerprint(wire),
-            flags=flags,
-            exposure=exposure(policy, wire.get("annotations"), flags, wire.get("execution")),
-        )
-        self._tool_states[name] = state
-        self._audit(
-            "schema",
-            tool=name,
-            sha256=state.fingerprint,
-            flags=list(flags) or None,
-            exposed=state.exposure.exposed,
-            requires_approval=state.exposure.needs_approval,
-        )
-        return state
+        self._gate.admit(listing, self._context)
 
     # -------------------------------------------------------------- discovery
     async def discover(
@@ -647,59 +458,30 @@ class AsyncMcpConnection(NotCopyable):
             raise NotAllowed("discover(cursor=...): the cursor must be the opaque string a previous page returned")
 
         async def page(s: ClientSession) -> tuple[list[dict[str, Any]], str | None]:
-            return await self._list_page(s, kind, cursor)
+            return await list_page(s, kind, cursor)
 
         items, next_cursor = await self._request(f"{kind}/list", page)
-        seen = self._seen_cursors.setdefault(kind, set())
-        if cursor is None:
-            seen.clear()
-        if next_cursor is not None:
-            if next_cursor in seen or next_cursor == cursor:
-                raise ServerError(
-                    f"server {self.server!r} repeated the {kind} cursor {next_cursor!r}: its pagination loops; "
-                    "stop walking here",
-                    server=self.server,
-                )
-            seen.add(next_cursor)
-        self._audit("discover", kind=kind, count=len(items))
+        check_cursor(self._seen_cursors.setdefault(kind, set()), kind, cursor, next_cursor, self.server)
+        self._gate.audit("discover", kind=kind, count=len(items))
         return Page(items=items, next_cursor=next_cursor, server=self.server, cursor=cursor, kind=kind)
 
     # -------------------------------------------------- resources and prompts
     async def read_resource(self, uri: str) -> ToolResult:
         """Read an allowlisted resource (exact URI), else :class:`NotAllowed` without contacting the server."""
         self._require_session(f"resource {uri!r}")  # owner and closed checks come before the allowlist
-        if uri not in self._allowed_resources:
-            self._refuse(f"resource {uri!r}", "not on the resources allowlist")
-            raise NotAllowed(
-                f"resource {uri!r} is not on the resources allowlist of {self.server!r} "
-                f"(allowed: {', '.join(self._allowed_resources) or 'none'}); nothing was sent",
-                server=self.server,
-            )
+        self._gate.allow_resource(uri)
 
         async def read(s: ClientSession) -> mcp_types.ReadResourceResult:
             return await s.read_resource(uri)
 
         started = time.monotonic()
         result = await self._request(f"resources/read {uri}", read)
-        content: list[dict[str, Any]] = []
-        for item in result.contents:
-            data = _wire(item)
-            if "text" in data:
-                content.append({"type": "text", "text": data["text"]})
-            else:
-                content.append({"type": "resource", "resource": data})
-        return self._finish_result(content, None, f"resource:{uri}", {"uri": uri}, started)
+        return self._gate.finish_result(resource_content(result), None, f"resource:{uri}", {"uri": uri}, started)
 
     async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> ToolResult:
         """Get an allowlisted prompt (exact name), else :class:`NotAllowed` without contacting the server."""
         self._require_session(f"prompt {name!r}")  # owner and closed checks come before the allowlist
-        if name not in self._allowed_prompts:
-            self._refuse(f"prompt {name!r}", "not on the prompts allowlist")
-            raise NotAllowed(
-                f"prompt {name!r} is not on the prompts allowlist of {self.server!r} "
-                f"(allowed: {', '.join(self._allowed_prompts) or 'none'}); nothing was sent",
-                server=self.server,
-            )
+        self._gate.allow_prompt(name)
         args = {str(k): str(v) for k, v in (arguments or {}).items()}
 
         async def get(s: ClientSession) -> mcp_types.GetPromptResult:
@@ -707,93 +489,22 @@ class AsyncMcpConnection(NotCopyable):
 
         started = time.monotonic()
         result = await self._request(f"prompts/get {name}", get)
-        content = []
-        for message in result.messages:
-            block = _wire(message.content) if not isinstance(message.content, list) else {}
-            if block.get("type") == "text":
-                content.append({"type": "text", "text": f"[{message.role}] {block.get('text', '')}"})
-            elif block:
-                content.append(block)
-        return self._finish_result(content, None, f"prompt:{name}", args, started)
+        return self._gate.finish_result(prompt_content(result), None, f"prompt:{name}", args, started)
 
     # ------------------------------------------------------------------ tools
-    def _refuse(self, target: str, reason: str, **extra: Any) -> None:
-        self._last_error = f"{target}: {reason}"
-        self._audit("refusal", target=target, reason=reason, **extra)
-
-    def _authorize(self, name: str) -> _ToolState:
-        if name not in self._allowed_tools:
-            self._refuse(f"tool {name!r}", "not on the tools allowlist", tool=name)
-            raise NotAllowed(
-                f"tool {name!r} is not on the tools allowlist of {self.server!r} "
-                f"(allowed: {', '.join(self._allowed_tools) or 'none'}); nothing was sent",
-                server=self.server,
-            )
-        if name in self._revoked:
-            self._refuse(f"tool {name!r}", "revoked after schema drift", tool=name)
-            raise SchemaDrift(
-                f"tool {name!r} of {self.server!r} was revoked: {self._revoked[name]}. It stays revoked on this "
-                "connection; review the server, then open a new connection.",
-                server=self.server,
-            )
-        state = self._tool_states.get(name)
-        if state is None:
-            raise self._closed_error(f"tool {name!r}")
-        if TASK_REQUIRED in state.exposure.reasons:
-            self._refuse(f"tool {name!r}", TASK_REQUIRED, tool=name)
-            raise NotAllowed(
-                f"tool {name!r} of {self.server!r} declares execution.taskSupport 'required': it only runs as a "
-                "task-augmented call, which the bridge does not make; nothing was sent",
-                server=self.server,
-            )
-        if not state.exposure.exposed:
-            self._refuse(f"tool {name!r}", "read-only floor", tool=name, reasons=list(state.exposure.reasons))
-            raise NotAllowed(
-                f"tool {name!r} of {self.server!r} is not positively read-only "
-                f"({', '.join(state.exposure.reasons)}) and the policy is read_only; nothing was sent. "
-                "Use Policy(mode='read_write', approve=...) to allow it with approval.",
-                server=self.server,
-            )
-        return state
-
-    def _revoke(self, name: str, reason: str) -> None:
-        if name not in self._revoked:
-            self._revoked[name] = reason
-            self._audit("drift", tool=name, reason=reason)
-
     async def _verify_pins(self, session: ClientSession, name: str) -> None:
-        """Re-list and compare every pinned tool; revoke what changed. Raises for ``name``."""
+        """Re-list the tools and let the gate compare every pin. Raises :class:`SchemaDrift` for ``name``."""
         try:
             with anyio.fail_after(self.timeout):
-                listing = await self._list_all(session, "tools")
+                listing = await list_all(session, "tools", self.server)
         except (TimeoutError, MCPError, ServerError) as exc:
             if isinstance(exc, MCPError) and exc.code == mcp_types.CONNECTION_CLOSED:
                 raise  # the server is gone, not drifted: _request reports the crash
             if self._close_error is not None:
                 raise self._closed_error(f"tool {name!r}") from None
-            self._tools_changed = True  # nothing was verified: the next call re-lists again
             why = "timed out" if isinstance(exc, TimeoutError) else f"failed ({exc})"
-            self._revoke(name, f"the re-listing that verifies its pinned schema {why}")
-            raise SchemaDrift(
-                f"tool {name!r} of {self.server!r} could not be re-verified: the tools/list re-listing {why}; "
-                "the tool is revoked (fails closed).",
-                server=self.server,
-            ) from None
-        by_name = {str(tool.get("name")): tool for tool in listing}
-        for pinned, state in self._tool_states.items():
-            if pinned in self._revoked:
-                continue
-            current = by_name.get(pinned)
-            if current is None:
-                self._revoke(pinned, "it vanished from the server's tool list")
-            elif tool_fingerprint(current) != state.fingerprint:
-                self._revoke(pinned, "its definition changed after it was pinned")
-        if name in self._revoked:
-            raise SchemaDrift(
-                f"tool {name!r} of {self.server!r} is revoked: {self._revoked[name]}. A tool revoked for drift "
-                "never comes back on this connection; review the server and reconnect.",
-                server=self.server,
-            )
+            raise self._gate.relisting_failed(name, why) from None
+        self._gate.check_pins(listing, name)
 
     async def call_tool(
         self,
@@ -817,60 +528,18 @@ class AsyncMcpConnection(NotCopyable):
         if arguments is not None and not isinstance(arguments, Mapping):
             raise NotAllowed(f"tool {name!r}: arguments must be a JSON object (a dict), not {type(arguments).__name__}")
         args = dict(arguments or {})
-        state = self._authorize(name)
+        pinned = self._gate.authorize(name)
         if self._state == "busy":
-            self._refuse(f"tool {name!r}", "busy", tool=name)
-            raise Busy(
-                f"tool {name!r}: another call is active on the connection to {self.server!r}; nothing was sent. "
-                "Wait for it to finish, or use a second connection.",
-                server=self.server,
-            )
+            self._gate.refuse(f"tool {name!r}", "busy", tool=name)
+            raise self._busy(f"tool {name!r}")
         self._state = "busy"
-        self._call_seq += 1
-        call_id = f"{self._audit_id}-{self._call_seq}"
+        call_id = self._gate.next_call_id()
         try:
-            if state.exposure.needs_approval:
-                await self._approve(name, args, state, call_id)
+            await self._gate.approve(pinned, args, call_id)
             return await self._call_authorized(name, args, call_id, on_progress)
         finally:
             if self._state == "busy":
                 self._state = "idle"
-
-    async def _approve(self, name: str, args: dict[str, Any], state: _ToolState, call_id: str) -> None:
-        request = ApprovalRequest(
-            tool=name,
-            arguments=copy.deepcopy(args),  # the gate cannot change what is sent
-            annotations=dict(state.wire.get("annotations") or {}),
-            reason=", ".join(state.exposure.reasons) or "policy",
-            owner=current_owner() or self.owner,
-            server=self.server,
-            flags=state.flags,
-        )
-        approved, error = await run_approver(self.policy.approve, request, timeout=self.policy.approval_timeout)
-        self._audit(
-            "approval",
-            tool=name,
-            call=call_id,
-            args_sha256=sha256_json(args),
-            approved=approved,
-            reason=request.reason,
-            flags=list(state.flags) or None,
-            error=error,
-            gate=self.policy.approve is not None,
-            content_arguments=args,
-        )
-        if not approved:
-            self._last_error = f"tool {name!r}: approval denied"
-            if self.policy.approve is None:
-                why = "no approval gate is configured (Policy(approve=...))"
-            elif error is not None:
-                why = f"the approval gate failed ({error}), which counts as a denial"
-            else:
-                why = "the approval gate said no"
-            raise ApprovalDenied(
-                f"tool {name!r} of {self.server!r} needs approval ({request.reason}) and {why}; nothing was sent",
-                server=self.server,
-            )
 
     async def _call_authorized(
         self,
@@ -881,118 +550,38 @@ class AsyncMcpConnection(NotCopyable):
     ) -> ToolResult:
         started = time.monotonic()
         self._calls += 1
-        if self.policy.audit_log is not None:  # hashing a large argument costs: only for the log
-            self._audit(
-                "call_start",
-                tool=name,
-                call=call_id,
-                args_sha256=sha256_json(args),
-                args_bytes=json_size(args),
-                content_arguments=args,
-            )
+        self._gate.call_started(name, call_id, args)
 
         async def verify(s: ClientSession) -> None:
             await self._verify_pins(s, name)
 
-        async def report(progress: float, total: float | None, message: str | None) -> None:
-            if on_progress is None:
-                return
-            try:
-                outcome = on_progress(progress, total, message)
-                if inspect.isawaitable(outcome):
-                    await outcome
-            except Exception:  # a broken progress callback must not break the call
-                self._last_error = f"tool {name!r}: the on_progress callback raised"
+        report = progress_callback(
+            on_progress, lambda: self._note_error(f"tool {name!r}: the on_progress callback raised")
+        )
 
         async def call(s: ClientSession) -> mcp_types.CallToolResult:
             request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=args))
-            return await s.send_request(
-                request, mcp_types.CallToolResult, progress_callback=report if on_progress is not None else None
-            )
+            return await s.send_request(request, mcp_types.CallToolResult, progress_callback=report)
 
         try:
-            pin = self.policy.pin_schemas
-            if pin == "strict" or (pin == "on_change" and self._tools_changed):
-                self._tools_changed = False
+            if self._gate.pins_due():
                 # The re-listing bounds itself by `timeout`: a slow or failing re-list is SchemaDrift
                 # (the tool is revoked, the connection stays open), not a CallTimeout.
                 await self._request(f"tool {name!r} (pin check)", verify, timeout=math.inf, hold=False)
             result = await self._request(f"tool {name!r}", call, hold=False)
         except BridgeError as exc:
-            self._audit(
-                "call_end",
-                tool=name,
-                call=call_id,
-                outcome=type(exc).__name__,
-                reason=exc.message,
-                duration_ms=round((time.monotonic() - started) * 1000, 3),
-            )
+            self._gate.call_failed(name, call_id, exc, started)
             raise
-        content = [_wire(block) for block in result.content]
-        structured = result.structured_content
-        if result.is_error:
-            out = self._finish_result(content, structured, name, args, started, is_error=True, call=call_id)
-            raise ServerError(
-                f"tool {name!r} of {self.server!r} returned an error: {out.text[:2000]}",
-                result=out,
-                server=self.server,
-            )
-        schema = self._tool_states[name].wire.get("outputSchema")
-        if schema is not None:
-            problem = _structured_problem(schema, structured)
-            if problem is not None:
-                raw = {"content": content, "structured": structured}
-                self._audit(
-                    "call_end",
-                    tool=name,
-                    call=call_id,
-                    outcome="output_schema_violation",
-                    reason=problem,
-                    result_sha256=sha256_json(raw),
-                    result_bytes=json_size(raw),
-                    duration_ms=round((time.monotonic() - started) * 1000, 3),
-                )
-                raise ServerError(
-                    f"tool {name!r} of {self.server!r} returned structured content that violates its "
-                    f"output schema: {problem}",
-                    server=self.server,
-                )
-        return self._finish_result(content, structured, name, args, started, call=call_id)
-
-    def _finish_result(
-        self,
-        content: list[dict[str, Any]],
-        structured: dict[str, Any] | None,
-        tool: str,
-        args: Mapping[str, Any],
-        started: float,
-        *,
-        is_error: bool = False,
-        call: str | None = None,
-    ) -> ToolResult:
-        raw = {"content": content, "structured": structured}
-        capped = cap_result(content, structured, self.policy.max_bytes)
-        result = result_from_content(
-            capped.content,
-            structured=capped.structured,
-            is_error=is_error,
-            truncated=capped.truncated,
-            server=self.server,
-            tool=tool,
+        content = [wire(block) for block in result.content]
+        return self._gate.tool_result(
+            name,
+            args,
+            content,
+            result.structured_content,
+            is_error=bool(result.is_error),
+            started=started,
+            call_id=call_id,
         )
-        if self.policy.audit_log is not None:  # hashing a 1 MiB image costs ms: only for the log
-            self._audit(
-                "call_end",
-                tool=tool,
-                call=call,
-                outcome="tool_error" if is_error else "ok",
-                result_sha256=sha256_json(raw),
-                result_bytes=json_size(raw),
-                truncated=capped.truncated or None,
-                duration_ms=round((time.monotonic() - started) * 1000, 3),
-                content_result={"content": capped.content, "structured": capped.structured},
-            )
-        return result
 
     def tools(self, prefix: str | None = None) -> list[ToolHandle]:
         """Handles for the allowlisted tools the policy exposes (revoked ones left out).
@@ -1002,120 +591,22 @@ class AsyncMcpConnection(NotCopyable):
         self._require_session("tools()")
         if prefix is not None and not _PREFIX.match(prefix):
             raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
-        handles = []
-        for name in self._allowed_tools:
-            state = self._tool_states.get(name)
-            if state is None or name in self._revoked or not state.exposure.exposed:
-                continue
-            description = str(state.wire.get("description") or "")
-            input_schema = state.wire.get("inputSchema") or {"type": "object"}
-            if state.flags:  # the model sees neither the flagged description nor flagged parameter texts
-                description = neutral_description(name, self.server)
-                input_schema = sanitize_schema(input_schema, max_chars=self.policy.max_description_chars)
-            handles.append(
-                ToolHandle(
-                    name=f"{prefix}_{name}" if prefix else name,
-                    tool=name,
-                    server=self.server,
-                    description=description,
-                    input_schema=input_schema,
-                    annotations=state.wire.get("annotations") or {},
-                    requires_approval=state.exposure.needs_approval,
-                    owner=self.owner,
-                    invoke=_bind_call(self, name),
-                )
-            )
-        return handles
+        return tool_handles(self._gate.exposed_tools(), prefix, self.server, self.owner, self.call_tool)
 
     def capability_tools(self, prefix: str = "mcp") -> list[ToolHandle]:
         """Read-resource and get-prompt tools whose argument is an enum of the allowlist."""
         self._require_session("capability_tools()")
         if not isinstance(prefix, str) or not _PREFIX.match(prefix):
             raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
-        handles = []
-        read_only = {"readOnlyHint": True}
-        if self._allowed_resources:
-            handles.append(
-                ToolHandle(
-                    name=f"{prefix}_read_resource",
-                    tool="resources/read",
-                    server=self.server,
-                    description=f"Read one resource of server '{self.server}'. Allowed URIs: "
-                    + ", ".join(self._allowed_resources),
-                    input_schema={
-                        "type": "object",
-                        "properties": {"uri": {"type": "string", "enum": list(self._allowed_resources)}},
-                        "required": ["uri"],
-                        "additionalProperties": False,
-                    },
-                    annotations=read_only,
-                    requires_approval=False,
-                    owner=self.owner,
-                    invoke=lambda args: self.read_resource(str(args.get("uri", ""))),
-                )
-            )
-        if self._allowed_prompts:
-            handles.append(
-                ToolHandle(
-                    name=f"{prefix}_get_prompt",
-                    tool="prompts/get",
-                    server=self.server,
-                    description=f"Get one prompt of server '{self.server}'. Allowed names: "
-                    + ", ".join(self._allowed_prompts),
-                    input_schema={
-                        "type": "object",
-                        "properties": {
-                            "name": {"type": "string", "enum": list(self._allowed_prompts)},
-                            "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
-                        },
-                        "required": ["name"],
-                        "additionalProperties": False,
-                    },
-                    annotations=read_only,
-                    requires_approval=False,
-                    owner=self.owner,
-                    invoke=lambda args: self.get_prompt(str(args.get("name", "")), args.get("arguments")),
-                )
-            )
-        return handles
+        return capability_handles(
+            prefix,
+            self.server,
+            self.owner,
+            resources=self._gate.resources,
+            prompts=self._gate.prompts,
+            read=lambda args: self.read_resource(str(args.get("uri", ""))),
+            get=lambda args: self.get_prompt(str(args.get("name", "")), args.get("arguments")),
+        )
 
-    # ------------------------------------------------------------------ audit
-    def _audit(self, event: str, **fields: Any) -> None:
-        log = self.policy.audit_log
-        if log is None:
-            return
-        owner = current_owner() or self.owner
-        try:
-            log.write(
-                event,
-                owner=str(owner),
-                agent_id=owner.agent_id,
-                session_id=owner.session_id,
-                server=self.server,
-                connection=self._audit_id,
-                **fields,
-            )
-        except OSError as exc:  # an audit failure must be visible, never silent
-            raise BridgeError(f"could not write the audit log {str(log.path)!r}: {exc}") from None
-
-
-def _bind_call(conn: AsyncMcpConnection, name: str) -> Callable[[dict[str, Any]], Awaitable[ToolResult]]:
-    async def invoke(arguments: dict[str, Any]) -> ToolResult:
-        return await conn.call_tool(name, arguments)
-
-    return invoke
-
-
-def _structured_problem(schema: Mapping[str, Any], structured: dict[str, Any] | None) -> str | None:
-    if structured is None:
-        return "the tool declares an output schema but returned no structured content"
-    try:
-        validator_cls = jsonschema.validators.validator_for(schema)
-        errors = sorted(validator_cls(schema).iter_errors(structured), key=lambda e: list(e.path))
-    except jsonschema.exceptions.SchemaError as exc:
-        return f"the tool's output schema is itself invalid: {exc.message}"
-    if errors:
-        error = errors[0]
-        where = "/".join(map(str, error.path)) or "(root)"
-        return f"{where}: {error.message}"
-    return None
+    def _note_error(self, text: str) -> None:
+        self._last_error = text

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from console_bridge._identity import Owner, check_owner
 from console_bridge._results import ToolResult
 
-__all__ = ["NotCopyable", "ToolHandle", "refuse_copy"]
+if TYPE_CHECKING:
+    from console_bridge._governance._gate import ToolView
+
+__all__ = ["NotCopyable", "ToolHandle", "capability_handles", "refuse_copy", "tool_handles"]
 
 Invoke = Callable[[dict[str, Any]], Awaitable[ToolResult]]
 BlockingInvoke = Callable[[dict[str, Any]], ToolResult]
@@ -116,3 +119,91 @@ class ToolHandle(NotCopyable):
             invoke=invoke,
             blocking=blocking,
         )
+
+
+def tool_handles(
+    views: Sequence[ToolView],
+    prefix: str | None,
+    server: str,
+    owner: Owner,
+    call_tool: Callable[[str, dict[str, Any]], Awaitable[ToolResult]],
+) -> list[ToolHandle]:
+    """One handle per exposed tool (as the governance gate shows it), named ``<prefix>_<tool>`` with a prefix."""
+    return [
+        ToolHandle(
+            name=f"{prefix}_{view.tool}" if prefix else view.tool,
+            tool=view.tool,
+            server=server,
+            description=view.description,
+            input_schema=view.input_schema,
+            annotations=view.annotations,
+            requires_approval=view.requires_approval,
+            owner=owner,
+            invoke=_bind_call(call_tool, view.tool),
+        )
+        for view in views
+    ]
+
+
+def _bind_call(call_tool: Callable[[str, dict[str, Any]], Awaitable[ToolResult]], name: str) -> Invoke:
+    async def invoke(arguments: dict[str, Any]) -> ToolResult:
+        return await call_tool(name, arguments)
+
+    return invoke
+
+
+def capability_handles(
+    prefix: str,
+    server: str,
+    owner: Owner,
+    *,
+    resources: Sequence[str],
+    prompts: Sequence[str],
+    read: Invoke,
+    get: Invoke,
+) -> list[ToolHandle]:
+    """Read-resource and get-prompt handles whose argument is an enum of the allowlist (none when it is empty)."""
+    handles = []
+    read_only = {"readOnlyHint": True}
+    if resources:
+        handles.append(
+            ToolHandle(
+                name=f"{prefix}_read_resource",
+                tool="resources/read",
+                server=server,
+                description=f"Read one resource of server '{server}'. Allowed URIs: " + ", ".join(resources),
+                input_schema={
+                    "type": "object",
+                    "properties": {"uri": {"type": "string", "enum": list(resources)}},
+                    "required": ["uri"],
+                    "additionalProperties": False,
+                },
+                annotations=read_only,
+                requires_approval=False,
+                owner=owner,
+                invoke=read,
+            )
+        )
+    if prompts:
+        handles.append(
+            ToolHandle(
+                name=f"{prefix}_get_prompt",
+                tool="prompts/get",
+                server=server,
+                description=f"Get one prompt of server '{server}'. Allowed names: " + ", ".join(prompts),
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "enum": list(prompts)},
+                        "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+                    },
+                    "required": ["name"],
+                    "additionalProperties": False,
+                },
+                annotations=read_only,
+                requires_approval=False,
+                owner=owner,
+                invoke=get,
+            )
+        )
+    return handles

@@ -95,6 +95,9 @@ class SessionConfinement:
             self.release()
             raise
         self.entry.cgroups = [str(path) for path in self.confinement.cgroups.paths]
+        self.entry.limits = {
+            name: report.enforced_by for name, report in self.confinement.reports.items() if report.value is not None
+        }
         self.entry.save()
 
     def supervision(

@@ -11,7 +11,6 @@ import tempfile
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,94 +23,22 @@ from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed, ServerError
 from console_bridge._hostfs import remove_tree
 from console_bridge._identity import Owner
+from console_bridge._manager._entry import Entry, Waiter, calls_of, server_alive
 from console_bridge._manager._info import (
     ManagerStats,
     SessionInfo,
     SessionState,
+    count_option,
     cull_reason,
     refill_count,
+    seconds_option,
     summarize,
 )
+from console_bridge._manager._workspaces import WS_PREFIX, remove_folder, sweep_workspaces
 
 __all__ = ["AsyncSessionManager", "sweep_workspaces"]
 
 _MANAGER_CLOSED = "closed because the session manager was closed"
-#: Per-session workspaces (workspace=None) are named ``console-bridge-ws-<host pid>-<session id>-*``.
-_WS_PREFIX = "console-bridge-ws-"
-
-
-@dataclass(eq=False)
-class _Entry:
-    id: str
-    console: AsyncConsole
-    state: SessionState = "starting"
-    owner: Owner | None = None
-    name: str | None = None
-    cold: bool = False
-    created: float = field(default_factory=time.monotonic)
-    created_wall: datetime = field(default_factory=lambda: datetime.now(UTC))
-    last_used: float = 0.0
-    last_used_wall: datetime | None = None
-    calls_seen: int = 0
-    calls_at_handover: int = 0
-    server: psutil.Process | None = None  # the server as seen when it became warm (pid reuse is detected)
-    folder: str | None = None  # the session's own empty workspace (workspace=None), removed after it closed
-
-
-@dataclass(eq=False)
-class _Waiter:
-    """A queued claim. The dispatcher grants it a ready entry or a slot for a cold start."""
-
-    event: anyio.Event = field(default_factory=anyio.Event)
-    entry: _Entry | None = None
-    slot: bool = False
-    error: ConnectionClosed | None = None
-
-
-def _calls(console: AsyncConsole) -> tuple[int, bool]:
-    conn = console.status().connection
-    if conn is None:
-        return 0, False
-    return conn.calls, conn.state == "busy"
-
-
-def sweep_workspaces(root: str | None = None) -> list[str]:
-    """Remove the per-session workspaces left by hosts that died without closing (killed, or
-    their Ray node host actor was lost): folders whose host pid is no longer running. Returns
-    the folders removed."""
-    base = root if root is not None else tempfile.gettempdir()
-    removed = []
-    with contextlib.suppress(OSError):
-        for name in os.listdir(base):
-            if not name.startswith(_WS_PREFIX):
-                continue
-            pid = name[len(_WS_PREFIX) :].split("-", 1)[0]
-            if not pid.isdigit() or psutil.pid_exists(int(pid)):
-                continue
-            with contextlib.suppress(OSError, NotAllowed):
-                remove_tree(base, name)
-                removed.append(os.path.join(base, name))
-    return removed
-
-
-async def _remove_folder(folder: str | None) -> None:
-    """Remove a session's own workspace (never through a symlink); gone already is fine."""
-    if folder is None:
-        return
-    parent, name = os.path.split(folder)
-    with contextlib.suppress(OSError, NotAllowed):
-        await anyio.to_thread.run_sync(remove_tree, parent, name)
-
-
-def _server_alive(entry: _Entry) -> bool:
-    """Cheap local check: the console is open and its server process is the one that was started."""
-    if entry.server is None or entry.console.status().state == "closed":
-        return False
-    try:
-        # is_running() compares the creation time too, so a reused pid is not taken for the server.
-        return entry.server.is_running() and entry.server.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 class AsyncSessionManager(NotCopyable):
@@ -155,30 +82,18 @@ class AsyncSessionManager(NotCopyable):
         latency_window: int = 1000,
         **console_options: Any,
     ) -> None:
-        def count(label: str, value: object, low: int) -> int:
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise LaunchRefused(f"{label} must be an integer >= {low}, not {value!r}")
-            return value
-
-        def seconds(label: str, value: object, optional: bool = False) -> float | None:
-            if value is None and optional:
-                return None
-            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
-                raise LaunchRefused(f"{label} must be a positive, finite number of seconds, not {value!r}")
-            return float(value)
-
-        self.max_sessions = count("max_sessions", max_sessions, 1)
-        self.warm = count("warm", warm, 0)
+        self.max_sessions = count_option("max_sessions", max_sessions, 1)
+        self.warm = count_option("warm", warm, 0)
         if self.warm > self.max_sessions:
             raise LaunchRefused(f"warm={warm} exceeds max_sessions={max_sessions}; warm sessions count as live")
-        self.max_per_owner = None if max_per_owner is None else count("max_per_owner", max_per_owner, 1)
-        self.idle_timeout = seconds("idle_timeout", idle_timeout, optional=True)
-        self.max_lifetime = seconds("max_lifetime", max_lifetime, optional=True)
-        self.acquire_timeout = seconds("acquire_timeout", acquire_timeout) or 0.0
-        self.check_interval = seconds("check_interval", check_interval) or 0.0
-        self.boot_timeout = seconds("boot_timeout", boot_timeout) or 0.0
-        self.retry_backoff = seconds("retry_backoff", retry_backoff) or 0.0
-        self.max_backoff = seconds("max_backoff", max_backoff) or 0.0
+        self.max_per_owner = None if max_per_owner is None else count_option("max_per_owner", max_per_owner, 1)
+        self.idle_timeout = seconds_option("idle_timeout", idle_timeout, optional=True)
+        self.max_lifetime = seconds_option("max_lifetime", max_lifetime, optional=True)
+        self.acquire_timeout = seconds_option("acquire_timeout", acquire_timeout) or 0.0
+        self.check_interval = seconds_option("check_interval", check_interval) or 0.0
+        self.boot_timeout = seconds_option("boot_timeout", boot_timeout) or 0.0
+        self.retry_backoff = seconds_option("retry_backoff", retry_backoff) or 0.0
+        self.max_backoff = seconds_option("max_backoff", max_backoff) or 0.0
         if not isinstance(refill_delay, int | float) or isinstance(refill_delay, bool) or not 0 <= refill_delay < 60:
             raise LaunchRefused(f"refill_delay must be a number of seconds in [0, 60), not {refill_delay!r}")
         self.refill_delay = float(refill_delay)
@@ -197,9 +112,9 @@ class AsyncSessionManager(NotCopyable):
         self._host_task: asyncio.Task[None] | None = None
         self._stop = anyio.Event()
         self._host_done = anyio.Event()
-        self._entries: dict[str, _Entry] = {}
-        self._ready: deque[_Entry] = deque()
-        self._waiters: deque[_Waiter] = deque()
+        self._entries: dict[str, Entry] = {}
+        self._ready: deque[Entry] = deque()
+        self._waiters: deque[Waiter] = deque()
         self._reserved = 0  # slots granted for cold starts or warm-ups, not yet turned into entries
         self._warm_reserved = 0  # of which warm-ups (their console is built in the warm-up task, off the claim)
         self._claims: Counter[Owner] = Counter()  # claims in flight, per owner
@@ -207,7 +122,7 @@ class AsyncSessionManager(NotCopyable):
         self._orphans: set[AsyncConsole] = set()  # dead sessions being killed, no longer holding a slot
         self._ids = itertools.count(1)
         self._prefix = secrets.token_hex(3)
-        self._hits: deque[float] = deque(maxlen=count("latency_window", latency_window, 1))
+        self._hits: deque[float] = deque(maxlen=count_option("latency_window", latency_window, 1))
         self._misses: deque[float] = deque(maxlen=latency_window)
         self._counts: Counter[str] = Counter()
         self._last_failure: str | None = None
@@ -333,13 +248,13 @@ class AsyncSessionManager(NotCopyable):
         in_use = sum(1 for e in self._entries.values() if e.owner == owner and e.state != "closing")
         return in_use + self._claims[owner]
 
-    async def _acquire(self, owner: Owner, name: str | None) -> tuple[_Entry, bool]:
+    async def _acquire(self, owner: Owner, name: str | None) -> tuple[Entry, bool]:
         """Take a ready session (checked alive) or a slot for a cold start, first come first served."""
         grant = self._take_now() if not self._waiters else None
         if grant is None:
             grant = await self._wait_for_grant()
-        while isinstance(grant, _Entry):
-            if _server_alive(grant):
+        while isinstance(grant, Entry):
+            if server_alive(grant):
                 self._hand_over(grant, owner, name)
                 self._refill()
                 return grant, True
@@ -352,7 +267,7 @@ class AsyncSessionManager(NotCopyable):
             self._discard(dead)
         return await self._cold_start(owner, name), False
 
-    def _take_now(self) -> _Entry | bool | None:
+    def _take_now(self) -> Entry | bool | None:
         if self._ready:
             return self._ready.popleft()
         if self._live() < self.max_sessions:
@@ -360,8 +275,8 @@ class AsyncSessionManager(NotCopyable):
             return True
         return None
 
-    async def _wait_for_grant(self) -> _Entry | bool:
-        waiter = _Waiter()
+    async def _wait_for_grant(self) -> Entry | bool:
+        waiter = Waiter()
         self._waiters.append(waiter)
         try:
             self._dispatch()
@@ -383,7 +298,7 @@ class AsyncSessionManager(NotCopyable):
             details={"max_sessions": self.max_sessions, "in_use": self._count("in_use")},
         )
 
-    def _abandon(self, waiter: _Waiter) -> None:
+    def _abandon(self, waiter: Waiter) -> None:
         """A claim gave up (cancelled, timed out): give back whatever it was granted."""
         if waiter in self._waiters:
             self._waiters.remove(waiter)
@@ -410,14 +325,14 @@ class AsyncSessionManager(NotCopyable):
                 return
             waiter.event.set()
 
-    def _hand_over(self, entry: _Entry, owner: Owner, name: str | None) -> None:
+    def _hand_over(self, entry: Entry, owner: Owner, name: str | None) -> None:
         entry.console.assign_owner(owner)
         entry.owner, entry.name, entry.state = owner, name, "in_use"
-        entry.calls_at_handover = entry.calls_seen = _calls(entry.console)[0]
+        entry.calls_at_handover = entry.calls_seen = calls_of(entry.console)[0]
         entry.last_used = time.monotonic()
         entry.last_used_wall = datetime.now(UTC)
 
-    async def _cold_start(self, owner: Owner, name: str | None) -> _Entry:
+    async def _cold_start(self, owner: Owner, name: str | None) -> Entry:
         """Start a session on a slot this claim holds; nothing leaks when it fails or is cancelled."""
         self._reserved -= 1
         try:
@@ -442,15 +357,15 @@ class AsyncSessionManager(NotCopyable):
         self._hand_over(entry, owner, name)
         return entry
 
-    def _new_entry(self, owner: Owner | None = None) -> _Entry:
+    def _new_entry(self, owner: Owner | None = None) -> Entry:
         session_id = f"{self._prefix}-{next(self._ids)}"
         options = {**self.console_options, **({"owner": owner} if owner is not None else {})}
         if self.workspace is not None:
-            entry = _Entry(id=session_id, console=AsyncConsole(self.workspace, **options))
+            entry = Entry(id=session_id, console=AsyncConsole(self.workspace, **options))
         else:
-            folder = tempfile.mkdtemp(prefix=f"{_WS_PREFIX}{os.getpid()}-{session_id}-")
+            folder = tempfile.mkdtemp(prefix=f"{WS_PREFIX}{os.getpid()}-{session_id}-")
             try:
-                entry = _Entry(id=session_id, console=AsyncConsole(folder, **options), folder=folder)
+                entry = Entry(id=session_id, console=AsyncConsole(folder, **options), folder=folder)
             except BaseException:
                 os.rmdir(folder)
                 raise
@@ -496,7 +411,7 @@ class AsyncSessionManager(NotCopyable):
         with anyio.CancelScope(shield=True):
             await console.close()
 
-    async def _close_entry(self, entry: _Entry, why: str) -> None:
+    async def _close_entry(self, entry: Entry, why: str) -> None:
         """Close one session (shielded); when it is gone its slot goes to a waiting claim or the pool."""
         with anyio.CancelScope(shield=True):
             if entry.state == "closing" and entry.id not in self._entries:
@@ -506,10 +421,10 @@ class AsyncSessionManager(NotCopyable):
             entry.state = "closing"
             await entry.console.close()
             folder, entry.folder = entry.folder, None
-            await _remove_folder(folder)
+            await remove_folder(folder)
             self._forget(entry, why)
 
-    def _discard(self, entry: _Entry) -> None:
+    def _discard(self, entry: Entry) -> None:
         """Drop a dead session: kill what is left of it in the background, free its slot now."""
         entry.state = "closing"
         entry.console.set_close_reason("discarded by the session manager: its server had died")
@@ -520,10 +435,10 @@ class AsyncSessionManager(NotCopyable):
     async def _kill_orphan(self, console: AsyncConsole, folder: str | None = None) -> None:
         with anyio.CancelScope(shield=True):
             await console.cancel()
-            await _remove_folder(folder)
+            await remove_folder(folder)
         self._orphans.discard(console)
 
-    def _forget(self, entry: _Entry, why: str) -> None:
+    def _forget(self, entry: Entry, why: str) -> None:
         if entry.folder is not None and entry.console.status().state == "closed":
             # Failure paths (a cold start or warm-up that never ran a cell): the folder is (nearly) empty.
             folder, entry.folder = entry.folder, None
@@ -602,7 +517,7 @@ class AsyncSessionManager(NotCopyable):
         self._counts["started"] += 1
         self._backoff = 0.0
         entry.state = "warm"
-        entry.calls_seen = _calls(entry.console)[0]
+        entry.calls_seen = calls_of(entry.console)[0]
         self._ready.append(entry)
         self._dispatch()
 
@@ -623,7 +538,7 @@ class AsyncSessionManager(NotCopyable):
         """Cull idle and old in-use sessions, drop dead warm ones, refill after a back-off."""
         now = time.monotonic()
         for entry in list(self._entries.values()):
-            if entry.state == "warm" and not _server_alive(entry):
+            if entry.state == "warm" and not server_alive(entry):
                 self._counts["discarded"] += 1
                 self._ready.remove(entry)
                 self._discard(entry)
@@ -654,8 +569,8 @@ class AsyncSessionManager(NotCopyable):
         self._refill()
 
     @staticmethod
-    def _observe(entry: _Entry, now: float) -> None:
-        calls, busy = _calls(entry.console)
+    def _observe(entry: Entry, now: float) -> None:
+        calls, busy = calls_of(entry.console)
         if busy or calls != entry.calls_seen:
             entry.calls_seen = calls
             entry.last_used = now

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
-from console_bridge._connection._handles import NotCopyable
 from console_bridge._console._blocking import Console
 from console_bridge._console._session import AsyncConsole
 from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
 from console_bridge._manager._info import ManagerStats, SessionInfo
-from console_bridge._portal import Portal
+from console_bridge._portal import BlockingManager
 
 __all__ = ["SessionManager"]
 
@@ -38,7 +35,7 @@ class _ManagedConsole(Console):
         self.close()
 
 
-class SessionManager(NotCopyable):
+class SessionManager(BlockingManager[AsyncSessionManager, Console]):
     """Blocking twin of :class:`AsyncSessionManager`: same arguments, same methods, blocking.
 
     Its sessions are blocking :class:`Console` objects. Usable in scripts, in Jupyter and
@@ -53,40 +50,10 @@ class SessionManager(NotCopyable):
     """
 
     def __init__(self, workspace: Any = ".", **kwargs: Any) -> None:
-        self._portal = Portal(self, "SessionManager")
-        try:
-            self._async: AsyncSessionManager = self._portal.run_sync(lambda: AsyncSessionManager(workspace, **kwargs))
-        except BaseException:
-            self._portal.stop()
-            raise
-        self._portal.set_closer(self._async.aclose)
+        self._build("SessionManager", lambda: AsyncSessionManager(workspace, **kwargs))
 
     def __repr__(self) -> str:
         return repr(self._async).replace("AsyncSessionManager", "SessionManager")
-
-    def __enter__(self) -> SessionManager:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()
-
-    def start(self) -> None:
-        """Start the warm sessions in the background (what ``with`` does)."""
-        self._portal.call(self._async.__aenter__)
-
-    def shutdown(self) -> None:
-        """Fail waiting claims, close every session and stop the loop thread. Idempotent."""
-        self._portal.stop()
-
-    @contextlib.contextmanager
-    def session(self, *, owner: Owner, name: str | None = None) -> Iterator[Console]:
-        """A fresh session for ``owner``, closed on leaving (see :meth:`AsyncSessionManager.session`)."""
-        console = self.open(owner=owner, name=name)
-        try:
-            yield console
-        finally:
-            console.close()
 
     def open(self, *, owner: Owner, name: str | None = None) -> Console:
         """A long-lived session; close it with ``console.close()`` or ``manager.close(console.id)``."""
@@ -97,10 +64,6 @@ class SessionManager(NotCopyable):
         """The in-use session ``session_id`` (see :meth:`AsyncSessionManager.get`)."""
         console = self._portal.run_sync(lambda: self._async.get(session_id))
         return _ManagedConsole(self, console, session_id)
-
-    def close(self, session_id: str) -> None:
-        """Close the session ``session_id``; its slot frees (see :meth:`AsyncSessionManager.close`)."""
-        self._portal.call(self._async.close, session_id)
 
     def sessions(self) -> list[SessionInfo]:
         """Every session the manager holds (local state only)."""

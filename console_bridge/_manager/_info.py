@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
+from console_bridge._errors import LaunchRefused
 from console_bridge._identity import Owner
 
 __all__ = [
@@ -17,9 +18,11 @@ __all__ = [
     "ManagerStats",
     "SessionInfo",
     "SessionState",
+    "count_option",
     "cull_reason",
     "percentile",
     "refill_count",
+    "seconds_option",
 ]
 
 #: ``starting`` (launching, not yet handed out or ready), ``warm`` (started, verified, booted,
@@ -127,3 +130,19 @@ def cull_reason(
     if idle_timeout is not None and now - last_used >= idle_timeout:
         return f"closed by the session manager after {idle_timeout:g} s idle"
     return None
+
+
+def count_option(label: str, value: object, low: int) -> int:
+    """A manager option that counts something: an int of at least ``low``, else :class:`LaunchRefused`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise LaunchRefused(f"{label} must be an integer >= {low}, not {value!r}")
+    return value
+
+
+def seconds_option(label: str, value: object, optional: bool = False) -> float | None:
+    """A manager option in seconds: positive and finite (or None when ``optional``), else :class:`LaunchRefused`."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
+        raise LaunchRefused(f"{label} must be a positive, finite number of seconds, not {value!r}")
+    return float(value)

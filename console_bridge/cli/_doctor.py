@@ -249,7 +249,10 @@ def _check_view(binary: Binary | None, prefix: Path | None) -> Check:
     if binary is None or prefix is None:
         return Check("read view", "skip", "needs a qualified mcp-console and a worker python")
     environments = session_environments(prefix, binary.path, ("python", "sql"))
-    view = build_view(root="/nonexistent", workspace=Path.cwd(), workspace_writable=False, environments=environments)
+    # (the workspace is whatever a run names: left out here, as are read roots)
+    view = build_view(
+        root="/nonexistent", workspace="/nonexistent/workspace", workspace_writable=False, environments=environments
+    )
     paths = [entry.path for entry in view.entries]
     return Check(
         "read view",

@@ -25,7 +25,6 @@ from typing import Any
 import anyio
 import click
 
-from console_bridge._confinement._limits import Limits
 from console_bridge._console._profiles import load_profile
 from console_bridge._console._session import AsyncConsole
 from console_bridge._console._workspace import Evidence, vet_evidence
@@ -34,7 +33,8 @@ from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
-from console_bridge.cli._common import PREFIX, ByteSize, ExitCode, error_text, exit_code_for, fail
+from console_bridge.cli._common import PREFIX, ExitCode, error_text, exit_code_for, fail
+from console_bridge.cli._limit_options import limit_options, limits_from_options
 from console_bridge.cli._output import host_line
 from console_bridge.cli._serve_consoles import Consoles
 from console_bridge.cli._serve_contract import Lifetimes
@@ -339,23 +339,6 @@ Examples:
 """
 
 
-def _limits(profile: str, options: dict[str, Any]) -> Limits | None:
-    given = {
-        "memory": options["memory"],
-        "processes": options["processes"],
-        "cpu": options["cpu"],
-        "tmpdir": options["tmpdir_limit"],
-        "recording": options["recording_limit"],
-    }
-    given = {k: v for k, v in given.items() if v is not None}
-    if not given and not options["best_effort"]:
-        return None
-    base = load_profile(profile).limits
-    if options["best_effort"]:
-        given["enforce"] = "best_effort"
-    return dataclasses.replace(base, **given)
-
-
 @click.command("serve", help=SERVE_HELP)
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
@@ -418,21 +401,17 @@ def _limits(profile: str, options: dict[str, Any]) -> Limits | None:
     metavar="SECONDS",
     help="Cap on any one send's wait.",
 )
-@click.option("--memory", type=ByteSize(), help="Memory limit of a session's tree (e.g. 2G).")
-@click.option("--processes", type=click.IntRange(min=1), help="Process/thread limit of a session's tree.")
-@click.option("--cpu", type=click.FloatRange(min=0, min_open=True), help="CPUs' worth of time, e.g. 1.5.")
-@click.option("--tmpdir-limit", type=ByteSize(), help="Size of a session's private TMPDIR.")
-@click.option("--recording-limit", type=ByteSize(), help="Raw output kept per recording file.")
-@click.option("--best-effort", is_flag=True, help="Start even where a limit cannot be enforced (and report it).")
 @click.option("--audit", type=click.Path(dir_okay=False), metavar="FILE", help="Append an audit log (JSON Lines).")
 @click.option("--recordings-dir", type=click.Path(file_okay=False), metavar="DIR", help="Where recordings go.")
 @click.option("--command", metavar="PATH", help="The mcp-console binary.")
+@limit_options
 @click.pass_context
 def serve_command(ctx: click.Context, /, **options: Any) -> None:
     languages = tuple(lang.strip().lower() for lang in options["languages"].split(",") if lang.strip())
     console_options: dict[str, Any] = {
         "profile": options["profile"],
         "writable_roots": tuple(options["writable_roots"]),
+        "read_roots": tuple(options["read_roots"]),
         "languages": languages,
         "poll_window": options["poll_window"],
         "policy": Policy(pin_schemas="on_change", audit=AuditLog(options["audit"]) if options["audit"] else None),
@@ -441,7 +420,7 @@ def serve_command(ctx: click.Context, /, **options: Any) -> None:
         if options[key] is not None:
             console_options[key] = options[key]
     try:
-        limits = _limits(options["profile"], options)
+        limits = limits_from_options(options["profile"], options)
     except BridgeError as exc:
         _info(error_text(exc))
         ctx.exit(int(exit_code_for(exc)))

@@ -50,6 +50,7 @@ def _as_dict(entry: SessionEntry) -> dict[str, Any]:
         "server_pid": entry.server_pid,
         "recording": entry.recording,
         "recordings_root": entry.recording_base,
+        "limits": dict(entry.limits),
     }
 
 
@@ -81,10 +82,15 @@ def ps_command(as_json: bool) -> None:
         return
     rows = [
         [host_line(str(s[key])) for key in ("id", "owner", "profile")] + [_age(s["age_s"]), str(s["host_pid"])]
-        + [host_line(s["workspace"])]
+        + [_limits(s["limits"]), host_line(s["workspace"])]
         for s in sessions
     ]
-    click.echo(table(["ID", "OWNER", "PROFILE", "AGE", "HOST PID", "WORKSPACE"], rows))
+    click.echo(table(["ID", "OWNER", "PROFILE", "AGE", "HOST PID", "LIMITS", "WORKSPACE"], rows))
+
+
+def _limits(limits: dict[str, Any]) -> str:
+    """``memory:cgroup2 processes:userns-rlimit ...``: what holds each limit (none: not enforced)."""
+    return " ".join(f"{name}:{host_line(str(how or 'none'))}" for name, how in limits.items()) or "-"
 
 
 @click.command("kill")

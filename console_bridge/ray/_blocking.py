@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._identity import Owner
-from console_bridge._portal import Portal
+from console_bridge._portal import BlockingManager, Portal
 from console_bridge._results import CellResult
 from console_bridge.ray._host import RayConsoleStatus
 from console_bridge.ray._manager import RayManagerStats, RaySessionInfo, RaySessionManager
@@ -75,7 +74,7 @@ class BlockingRayConsole(NotCopyable):
             self._portal.call(self._async.close)
 
 
-class BlockingRaySessionManager(NotCopyable):
+class BlockingRaySessionManager(BlockingManager[RaySessionManager, BlockingRayConsole]):
     """Blocking twin of :class:`RaySessionManager`: same arguments, same methods, blocking. Example::
 
     with BlockingRaySessionManager(workspace=None) as manager:
@@ -84,36 +83,7 @@ class BlockingRaySessionManager(NotCopyable):
     """
 
     def __init__(self, address: str | None = None, **kwargs: Any) -> None:
-        self._portal = Portal(self, "BlockingRaySessionManager")
-        try:
-            self._async: RaySessionManager = self._portal.run_sync(lambda: RaySessionManager(address, **kwargs))
-        except BaseException:
-            self._portal.stop()
-            raise
-        self._portal.set_closer(self._async.aclose)
-
-    def __enter__(self) -> BlockingRaySessionManager:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()
-
-    def start(self) -> None:
-        """Join or start the cluster and start the node hosts (what ``with`` does)."""
-        self._portal.call(self._async.__aenter__)
-
-    def shutdown(self) -> None:
-        """Close every session on every node and stop the loop thread. Idempotent."""
-        self._portal.stop()
-
-    @contextlib.contextmanager
-    def session(self, *, owner: Owner, name: str | None = None) -> Iterator[BlockingRayConsole]:
-        console = self.open(owner=owner, name=name)
-        try:
-            yield console
-        finally:
-            console.close()
+        self._build("BlockingRaySessionManager", lambda: RaySessionManager(address, **kwargs))
 
     def open(self, *, owner: Owner, name: str | None = None) -> BlockingRayConsole:
         console = self._portal.call(lambda: self._async.open(owner=owner, name=name))
@@ -121,9 +91,6 @@ class BlockingRaySessionManager(NotCopyable):
 
     def get(self, session_id: str) -> BlockingRayConsole:
         return BlockingRayConsole(self._portal, self._portal.run_sync(lambda: self._async.get(session_id)))
-
-    def close(self, session_id: str) -> None:
-        self._portal.call(self._async.close, session_id)
 
     def sessions(self) -> list[RaySessionInfo]:
         return self._portal.call(self._async.sessions)

@@ -79,8 +79,11 @@ def test_ps_lists_another_process_session_and_kill_closes_it_cleanly(tmp_path: P
         assert mine["workspace"] == str(tmp_path / "ws") and mine["profile"] == "read-only"
         assert "x = 1" not in json.dumps(listed)  # no code, no arguments in the registry
         assert mine["server_pid"] and mine["recording"] == info["recording"]
+        # what holds each limit is named (a weaker mechanism too), never dropped
+        assert set(mine["limits"]) >= {"memory", "processes", "tmpdir"} and mine["limits"]["tmpdir"] == "tmpfs"
+        assert all(how for how in mine["limits"].values()), mine["limits"]
         table = _cli(env, "ps").stdout
-        assert info["id"] in table and "agent-7" in table
+        assert info["id"] in table and "agent-7" in table and "tmpdir:tmpfs" in table
         tree = _tree(int(info["sup"]))  # type: ignore[call-overload]
         done = _cli(env, "kill", str(info["id"]))
         assert done.returncode == 0, done.stderr

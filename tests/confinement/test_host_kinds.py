@@ -83,6 +83,7 @@ def test_a_systemd_user_manager_puts_the_session_in_a_scope_of_its_own(
     scope = argv[: argv.index("--") + 1]
     assert scope[1:4] == ["--user", "--scope", "--quiet"]
     assert "--unit=console-bridge-t-scope.scope" in scope
+    assert "OOMPolicy=continue" in scope  # a worker's OOM kill must not stop the whole session
     assert f"MemoryMax={1 << 30}" in scope and "TasksMax=128" in scope and "CPUQuota=150%" in scope
     assert plan.scope_env == {"XDG_RUNTIME_DIR": "/run/user/1000"}
     assert '"drop_env": ["XDG_RUNTIME_DIR"]' in argv[-1]
@@ -198,3 +199,19 @@ def test_etc_secrets_lists_what_others_may_not_read(host_tree: Path) -> None:
     assert str(host_tree / "etc" / "hosts") not in found
     if os.geteuid() != 0:
         assert all(not os.access(path, os.R_OK) or path.endswith(("app-secret.conf", "private")) for path in found)
+
+
+def test_a_confinement_that_cannot_be_set_up_is_a_refusal(tmp_path: Path) -> None:
+    """The supervisor's setup line (or systemd-run's failure) turns the crash into LaunchRefused."""
+    from console_bridge import AsyncConsole, ConnectionClosed
+
+    console = AsyncConsole(tmp_path)
+    crash = ConnectionClosed(
+        "initialize: server 'mcp-console' crashed",
+        stderr_tail="console-bridge supervisor: building the session's view failed: pivot_root: Operation not permitted",
+    )
+    refusal = console._confinement_refusal(crash)
+    assert isinstance(refusal, LaunchRefused)
+    assert "pivot_root" in str(refusal) and "doctor" in str(refusal) and "Nothing ran" in str(refusal)
+    other = ConnectionClosed("initialize: server 'mcp-console' crashed", stderr_tail="segfault")
+    assert console._confinement_refusal(other) is other

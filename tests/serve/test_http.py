@@ -125,7 +125,7 @@ async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) 
 
 async def test_capacity_and_idle_culling_are_tool_errors(http_server: Any, tmp_path: Path) -> None:
     server: HttpServer = http_server(
-        "--warm", "0", "--max-sessions", "2", "--idle-timeout", "4", "--acquire-timeout", "0.5"
+        "--warm", "0", "--max-sessions", "2", "--idle-timeout", "10", "--acquire-timeout", "0.5"
     )
     async with client(server) as one, client(server) as two, client(server) as three:
         await one.call_tool("send", {"python": "kept = 1"})
@@ -139,7 +139,7 @@ async def test_capacity_and_idle_culling_are_tool_errors(http_server: Any, tmp_p
             await anyio.sleep(0.1)
         assert sessions_started(tmp_path) == 0
         told = await one.call_tool("send", {"python": "kept"})
-        assert told.is_error and "4 s without use (--idle-timeout)" in text(told), text(told)
+        assert told.is_error and "10 s without use (--idle-timeout)" in text(told), text(told)
         # room again: the third session gets a console, and the first one a fresh console
         assert text(await three.call_tool("send", {"python": "6 * 7"})).strip() == "42"
         fresh = await one.call_tool("send", {"python": "'kept' in globals()"})
