@@ -96,6 +96,11 @@ stage_config() {
     [ -f "$ROOT/etc/ssh/ssh_host_ed25519_key" ] || in_root ssh-keygen -A
 }
 
+build_requires() {   # the [build-system] requires of the project (one line: hatchling>=1.25)
+    "$PY" -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"])' \
+        "$REPO/pyproject.toml"
+}
+
 stage_wheels() {
     log "wheels for console-bridge + runtime dependencies (cp311 manylinux x86_64) into $G/wheels"
     rm -rf "$G/wheels" && mkdir -p "$G/wheels"
@@ -104,7 +109,11 @@ stage_wheels() {
     export PIP_CACHE_DIR=$G/cache/pip PIP_DISABLE_PIP_VERSION_CHECK=1
     { "$PY" -m pip wheel -q --no-deps -w "$G/wheels" "$REPO" &&
         "$PY" -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
-            "${platforms[@]}" -d "$G/wheels" "$(ls "$G"/wheels/console_bridge-*.whl)" "mcp-console[client]==0.0.6"
+            "${platforms[@]}" -d "$G/wheels" "$(ls "$G"/wheels/console_bridge-*.whl)" "mcp-console[client]==0.0.6" &&
+        # the build backend too: the CI example (scenarios/ci-example.sh) pip-installs the checkout
+        # itself in the guest, with no index (PIP_NO_INDEX, PIP_FIND_LINKS=these wheels)
+        "$PY" -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+            "${platforms[@]}" -d "$G/wheels" $(build_requires)   # (word-split on purpose: one requirement each)
     } >"$LOGS/wheels.log" 2>&1 || fail_with "pip wheel/download" "$LOGS/wheels.log"
     log "$(find "$G/wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$G/wheels" | cut -f1)"
 }

@@ -4,7 +4,7 @@
 #   guest/ci.sh          # as root; everything lands in .guest/ (logs in .guest/logs/)
 # Exit 0 when every check held, 1 when one failed, 2 when the bed itself could not be built or booted.
 # Environment: GUEST_SCOPES, GUEST_CHECKS, CONSOLE_BRIDGE_GUEST_ENFORCE (see drive.sh), PYTHON (host
-# python with pip, default python3), GUEST_CMD_TIMEOUT (s for all scenarios, default 900).
+# python with pip, default python3), GUEST_CMD_TIMEOUT (s for all scenarios, default 1800).
 set -uo pipefail
 { # the whole script is one block: bash reads it before running it, so editing it mid-run is safe
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +29,7 @@ env_args=()
 for v in GUEST_SCOPES GUEST_CHECKS CONSOLE_BRIDGE_GUEST_ENFORCE; do
     [ -z "${!v:-}" ] || env_args+=("$v=$(printf %q "${!v}")")
 done
-GUEST_CMD_TIMEOUT=${GUEST_CMD_TIMEOUT:-900} "$REPO/guest/run.sh" "${env_args[*]} bash bed/guest/scenarios/drive.sh" \
+GUEST_CMD_TIMEOUT=${GUEST_CMD_TIMEOUT:-1800} "$REPO/guest/run.sh" --repo "${env_args[*]} bash bed/guest/scenarios/drive.sh" \
     2>&1 | tee "$scenarios"
 rc=${PIPESTATUS[0]}
 echo

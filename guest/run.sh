@@ -4,9 +4,11 @@
 #   guest/run.sh 'console-bridge doctor'          # in ~alice, `bash -lc`, a login-session scope
 #   guest/run.sh --sync 'python -c "import console_bridge"'
 #                                                 # first reinstall this clone's wheel (--no-deps)
-#   guest/run.sh 'bash bed/guest/scenarios/drive.sh'   # what guest/ci.sh runs: every scenario, one boot
+#   guest/run.sh --repo 'bash bed/guest/scenarios/drive.sh'   # what guest/ci.sh runs: every scenario, one boot
 #
 # Before COMMAND runs, the clone's guest/, examples/ and README.md are copied to ~alice/bed.
+# --repo also copies a clean clone (the files git tracks or would add) to ~alice/bed/repo and the
+# wheels of .guest/wheels to ~alice/bed/wheels (for the CI example, which pip-installs the checkout).
 # The guest boots from .guest/image.raw with -snapshot (nothing persists), under TCG (KVM does
 # not work on this project's machines; GUEST_ACCEL=kvm where it does). Its only network is
 # slirp with restrict=on and a hostfwd from 127.0.0.1:<free port> to its sshd.
@@ -20,7 +22,14 @@ set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 G=${GUEST_DIR:-$REPO/.guest}
 SYNC=0
-if [ "${1:-}" = --sync ]; then SYNC=1; shift; fi
+COPY_REPO=0
+while [ $# -gt 1 ]; do
+    case $1 in
+    --sync) SYNC=1; shift ;;
+    --repo) COPY_REPO=1; shift ;;
+    *) break ;;
+    esac
+done
 [ $# -eq 1 ] || { sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0" >&2; exit 2; }
 CMD=$1
 KEY=$G/ssh/id_ed25519
@@ -93,7 +102,15 @@ if [ -n "$WHEEL_DIR" ]; then
         ~/venv/bin/pip install -q --disable-pip-version-check --no-index --no-deps --force-reinstall ~/sync/*.whl' \
         < <(tar -C "$WHEEL_DIR" -cf - --exclude log .) || { say "reinstalling the project in the guest failed"; exit 125; }
 fi
-say "copied guest/ examples/ README.md$([ -n "$WHEEL_DIR" ] && echo ' and the project wheel') in $(since "$ts")s"
+if [ "$COPY_REPO" = 1 ]; then
+    [ -d "$G/wheels" ] || { say "--repo: $G/wheels is missing (guest/build.sh wheels)"; exit 125; }
+    # shellcheck disable=SC2016
+    { git -C "$REPO" ls-files -z -co --exclude-standard | tar -C "$REPO" --null -T - -cf - --transform 's,^,repo/,' &&
+        tar -C "$G" -cf - --dereference wheels; } |
+        "${SSH[@]}" alice@127.0.0.1 'tar -xif - -C ~/bed' \
+        || { say "copying the clean clone and the wheels into the guest failed"; exit 125; }
+fi
+say "copied guest/ examples/ README.md$([ -n "$WHEEL_DIR" ] && echo ' and the project wheel')$([ "$COPY_REPO" = 1 ] && echo ', a clean clone and the wheels') in $(since "$ts")s"
 
 ts=$(now)
 if [ -t 0 ]; then STDIN=(-n); else STDIN=(); fi

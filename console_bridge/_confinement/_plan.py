@@ -38,6 +38,7 @@ from console_bridge._confinement._cgroups import (
 )
 from console_bridge._confinement._host import HostKind, detect_host
 from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits
+from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._errors import LaunchRefused
 
 __all__ = ["SUPERVISOR", "TREE_WIDE", "Confinement", "Supervision", "plan_confinement", "supervisor_command"]
@@ -148,14 +149,8 @@ def _scope_env(host: HostKind) -> dict[str, str]:
 
 
 def refuse_without_view(host: HostKind) -> None:
-    problem = host.namespace_problem
-    if problem is not None:
-        raise LaunchRefused(
-            f"console-bridge cannot confine a session on this host: {problem}. A session's read view needs a "
-            "private mount namespace (root, or a normal user with user namespaces); nothing was started. "
-            "`console-bridge doctor` lists every check.",
-            details={"platform": host.platform, "reason": problem},
-        )
+    """No session view can be built here (not Linux, no user namespaces): the one refusal, see ``_unconfinable``."""
+    refuse_unconfinable(host)
 
 
 def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = None) -> Confinement:

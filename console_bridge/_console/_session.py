@@ -16,6 +16,7 @@ import anyio
 import platformdirs
 
 from console_bridge._confinement._limits import Limits
+from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._cells import BEING_POLLED, BUSY
@@ -142,6 +143,7 @@ class AsyncConsole(NotCopyable):
         stream_window: float = 0.25,
         events_wait: float = 2.0,
     ) -> None:
+        refuse_unconfinable()  # macOS, Windows, Linux without user namespaces: say so before anything else
         ws = Path(workspace).expanduser()
         if not ws.is_dir():
             raise LaunchRefused(f"workspace {os.fspath(workspace)!r} is not an existing directory; create it first")

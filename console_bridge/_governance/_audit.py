@@ -30,7 +30,6 @@ Events written by connections:
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import hashlib
 import json
 import os
@@ -130,6 +129,8 @@ class AuditLog:
         while True:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                import fcntl  # Unix only: imported here so that `import console_bridge` works on Windows too
+
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 held = os.fstat(fd)
                 try:

@@ -21,6 +21,7 @@ from console_bridge._confinement._host import detect_host
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._namespaces_check import try_namespaces
 from console_bridge._confinement._plan import TREE_WIDE, plan_confinement
+from console_bridge._confinement._unconfinable import host_gap
 from console_bridge._confinement._view import build_view
 from console_bridge._console._environments import session_environments
 from console_bridge._console._launch import worker_python
@@ -179,10 +180,15 @@ def _check_embedding(prefix: Path | None) -> Check:
 def _check_namespaces() -> list[Check]:
     """Can a session's view be built here: the host's facts, then a real user+mount namespace."""
     host = detect_host(refresh=True)
-    checks = [Check("host", "info", host.name, required=False, data={"platform": host.platform, "uid": host.uid})]
-    problem = host.namespace_problem
-    if problem is not None:
-        checks.append(Check("namespaces", "fail", problem))
+    gap = host_gap(host)
+    shown = host.name if host.linux else (gap.platform if gap is not None else host.platform)
+    checks = [Check("host", "info", shown, required=False, data={"platform": host.platform, "uid": host.uid})]
+    if gap is not None:
+        # the same words as the LaunchRefused every entry point raises here
+        checks.append(
+            Check("namespaces", "fail", gap.text(), data={"platform": host.platform, "missing": gap.missing,
+                                                             "fix": gap.fix})
+        )
         return checks
     kind = "mount namespace (privileged)" if host.privileged else "user + mount namespaces (unprivileged)"
     error = try_namespaces(host.user_namespace, timeout=_PROBE_TIMEOUT)
@@ -238,6 +244,8 @@ def _check_limits() -> list[Check]:
 
 def _check_view(binary: Binary | None, prefix: Path | None) -> Check:
     """What a cell of a session started here would see of the host (besides the workspace and TMPDIR)."""
+    if host_gap(detect_host()) is not None:
+        return Check("read view", "skip", "no session can start here (see namespaces)", required=False)
     if binary is None or prefix is None:
         return Check("read view", "skip", "needs a qualified mcp-console and a worker python")
     environments = session_environments(prefix, binary.path, ("python", "sql"))
@@ -319,6 +327,8 @@ async def _sandbox_probe(binary: Binary, python: Path, workspace: Path, recordin
 
 
 def _check_sandbox(binary: Binary | None, python: Path | None, timeout: float) -> Check:
+    if host_gap(detect_host()) is not None:
+        return Check("sandbox", "skip", "no session can start here (see namespaces)")
     if binary is None or python is None:
         return Check("sandbox", "skip", "needs a qualified mcp-console and a worker python (see above)")
     scratch = Path(tempfile.mkdtemp(prefix="console-bridge-doctor-"))
