@@ -102,7 +102,7 @@ class HostKind:
     def namespace_problem(self) -> str | None:
         """Why no session view can be built here (None: it can)."""
         if not self.linux:
-            return userns_problem()
+            return f"the platform is {self.platform}, not Linux (console-bridge confines sessions on Linux only)"
         if self.privileged:
             return None
         return self.userns_problem

@@ -208,7 +208,9 @@ def test_a_confinement_that_cannot_be_set_up_is_a_refusal(tmp_path: Path) -> Non
     console = AsyncConsole(tmp_path)
     crash = ConnectionClosed(
         "initialize: server 'mcp-console' crashed",
-        stderr_tail="console-bridge supervisor: building the session's view failed: pivot_root: Operation not permitted",
+        stderr_tail=(
+            "console-bridge supervisor: building the session's view failed: pivot_root: Operation not permitted"
+        ),
     )
     refusal = console._confinement_refusal(crash)
     assert isinstance(refusal, LaunchRefused)
