@@ -38,7 +38,7 @@ from console_bridge._errors import (
 from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import ApprovalRequest, Policy
 from console_bridge._identity import Owner, current_owner, run_context
-from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
+from console_bridge._results import CellFailure, CellResult, Image, Output, Table, ToolResult
 
 if TYPE_CHECKING:
     from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Page
@@ -137,6 +137,7 @@ __all__ = [
     "ServerError",
     "SessionInfo",
     "SessionManager",
+    "Table",
     "ToolHandle",
     "ToolResult",
     "VerificationFailed",

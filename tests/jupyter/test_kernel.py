@@ -54,8 +54,10 @@ def test_cells_share_one_session_with_state(kernel: Kernel) -> None:
     assert kernel.run("%%console\nprint(x * 2)").expect_ok().stdout == "42\n"
     value = kernel.run("%%console python\nx * 2").expect_ok()
     assert value.stdout == "" and [c["data"]["text/plain"] for c in value.of_type("execute_result")] == ["42"]
-    sql = kernel.run("%%console sql\nselect 42 as answer").expect_ok().stdout
-    assert "answer" in sql and "42" in sql
+    sql = kernel.run("%%console sql\nselect 42 as answer").expect_ok()
+    [table] = [c["data"] for c in sql.of_type("execute_result")]  # the table, as the cell's value
+    assert "<th>answer</th>" in table["text/html"] and "<td>42</td>" in table["text/html"]
+    assert "answer" in table["text/plain"] and sql.stdout == ""
     assert server_pid(kernel) == pid, "every cell ran in the same session"
     # the server belongs to the kernel: it is one of its descendants
     assert pid in {p.pid for p in descendants(kernel.pid())}
