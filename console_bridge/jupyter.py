@@ -32,7 +32,10 @@ and ``nbconvert --execute`` stop there. Interrupting the kernel
 (Ctrl-C, the stop button) interrupts the cell and keeps the session and its state.
 
 Line magics: ``%console_status`` (server, pid, workspace, profile, advertised sandbox,
-recording), ``%console_restart`` (a fresh session, state lost) and ``%console_close``. The
+recording), ``%console_restart`` (a fresh session, state lost), ``%console_close``, and for
+files ``%console_put LOCAL [NAME]`` (a host file into the cell's TMPDIR) and
+``%console_get NAME [LOCAL]`` (a file a cell wrote there back to the host; this works under
+the read-only profile too). The
 session closes at ``%unload_ext``, at kernel shutdown or restart, and when the kernel
 process exits.
 
@@ -50,6 +53,7 @@ import atexit
 import contextlib
 import dataclasses
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -71,6 +75,7 @@ from console_bridge import (
     ServerError,
     SessionManager,
 )
+from console_bridge._hostfs import read_file, write_file
 from console_bridge._hygiene import CellOutput, host_line
 from console_bridge._jupyter._options import (
     OptionsError,
@@ -153,8 +158,11 @@ class ConsoleMagics:
         settle_timeout: float = 10.0,
         retry_interval: float = 0.05,
         acquire_timeout: float = 120.0,
+        max_file_bytes: int = 100_000_000,
     ) -> None:
         self.shell = shell
+        #: the largest file %console_put / %console_get copy
+        self.max_file_bytes = max_file_bytes
         self.settle_timeout = settle_timeout
         self.retry_interval = retry_interval
         self.acquire_timeout = acquire_timeout
@@ -170,6 +178,8 @@ class ConsoleMagics:
         manager.register_function(self.console_status, "line", "console_status")
         manager.register_function(self.console_restart, "line", "console_restart")
         manager.register_function(self.console_close, "line", "console_close")
+        manager.register_function(self.console_put, "line", "console_put")
+        manager.register_function(self.console_get, "line", "console_get")
         atexit.register(self.close)
 
     def unregister(self) -> None:
@@ -178,7 +188,7 @@ class ConsoleMagics:
         atexit.unregister(self.close)
         magics = self.shell.magics_manager.magics
         magics["cell"].pop("console", None)
-        for name in ("console_status", "console_restart", "console_close"):
+        for name in ("console_status", "console_restart", "console_close", "console_put", "console_get"):
             magics["line"].pop(name, None)
 
     def close(self) -> None:
@@ -262,7 +272,66 @@ class ConsoleMagics:
         self.close()
         sys.stdout.write("console-bridge: the session is closed; the next %%console cell opens a new one\n")
 
+    def console_put(self, line: str) -> None:
+        """Copy a host file into the session's private TMPDIR: ``%console_put LOCAL [NAME]``.
+
+        ``NAME`` (default: LOCAL's file name) is relative to the cell's TMPDIR; the path a cell
+        opens is printed (``os.environ["TMPDIR"] + "/" + NAME``). LOCAL is read, and NAME written,
+        without following a symlink; an existing NAME is not replaced.
+        """
+        local, name = self._file_words("%console_put LOCAL [NAME]", line)
+        console = self._open_console("%console_put")
+        path = Path(local).expanduser()
+        try:
+            data = read_file(path.parent, path.name, self.max_file_bytes)
+        except (OSError, BridgeError) as exc:
+            text = exc.message if isinstance(exc, BridgeError) else (exc.strerror or str(exc))
+            raise _one_line(exc, host_line(f"%console_put: cannot read {local!r}: {text}")) from None
+        try:
+            where = console.put_file(name or path.name, data)
+        except BridgeError as exc:
+            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
+        sys.stdout.write(f"{_PREFIX}{host_line(f'{local} -> {where} ({len(data)} bytes); cells open {where}')}\n")
+
+    def console_get(self, line: str) -> None:
+        """Copy a file a cell wrote in its TMPDIR to the host: ``%console_get NAME [LOCAL]``.
+
+        ``NAME`` is relative to the cell's TMPDIR; ``LOCAL`` (default: NAME's file name in the
+        kernel's folder; a folder takes NAME's file name) is replaced if it exists. Neither side is
+        followed through a symlink; files over ``max_file_bytes`` are refused.
+        """
+        name, local = self._file_words("%console_get NAME [LOCAL]", line)
+        console = self._open_console("%console_get")
+        try:
+            data = console.get_file(name, max_bytes=self.max_file_bytes)
+        except BridgeError as exc:
+            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
+        target = Path(local).expanduser() if local else Path.cwd() / Path(name).name
+        if target.is_dir():
+            target = target / Path(name).name
+        try:
+            write_file(target.parent, target.name, data, replace=True)
+        except (OSError, BridgeError) as exc:
+            text = exc.message if isinstance(exc, BridgeError) else (exc.strerror or str(exc))
+            raise _one_line(exc, host_line(f"%console_get: cannot write {str(target)!r}: {text}")) from None
+        sys.stdout.write(f"{_PREFIX}{host_line(f'{name} -> {target} ({len(data)} bytes)')}\n")
+
     # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _file_words(usage: str, line: str) -> tuple[str, str | None]:
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"{exc}; usage: {usage}") from None
+        if not 1 <= len(words) <= 2:
+            raise UsageError(f"usage: {usage}")
+        return words[0], (words[1] if len(words) == 2 else None)
+
+    def _open_console(self, what: str) -> Console:
+        if self.console is None or self.console.status().state == "closed":
+            raise UsageError(f"{what}: no session is open; run a %%console cell first")
+        return self.console
+
     @staticmethod
     def _no_arguments(name: str, line: str) -> None:
         if line.strip():

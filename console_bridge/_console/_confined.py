@@ -489,6 +489,17 @@ class SessionConfinement:
         finally:
             os.close(fd)
 
+    def list_files(self) -> list[tuple[str, int]]:
+        """(name, size) of each regular file in the cell's TMPDIR, names relative to it; read-only,
+        never through a symlink (symlinks and special files are left out)."""
+        from console_bridge._hostfs import walk_root
+
+        fd, _ = self._data_dir()
+        try:
+            return [(entry.name, entry.info.st_size) for entry in walk_root(fd) if not entry.is_dir]
+        finally:
+            os.close(fd)
+
     # ------------------------------------------------------------------- end
     def release(self) -> None:
         """After the supervisor ended: remove what it could not (folder, groups). Blocking."""

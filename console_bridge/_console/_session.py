@@ -20,6 +20,7 @@ from console_bridge._connection._async import AsyncMcpConnection, ConnectionStat
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._cells import BEING_POLLED, BUSY
 from console_bridge._console._confined import SessionConfinement
+from console_bridge._console._files import check_glob, glob_match
 from console_bridge._console._launch import (
     check_project_config,
     check_project_overrides,
@@ -31,6 +32,7 @@ from console_bridge._console._launch import (
 from console_bridge._console._observe import CellObserver, for_model, merge, split_chunk
 from console_bridge._console._outcome import (
     OutcomeLog,
+    outcome_dir_name,
     python_startup_code,
     r_profile_text,
     yaml_string,
@@ -956,6 +958,20 @@ class AsyncConsole(NotCopyable):
             return await anyio.to_thread.run_sync(lambda: self._confined.get_file(name, max_bytes))
         except OSError as exc:
             raise NotAllowed(f"get_file({name!r}) failed: {exc.strerror or exc}; check the name") from None
+
+    async def list_files(self, pattern: str = "**") -> list[str]:
+        """The names (relative, sorted) of the regular files in the session's private TMPDIR that
+        match the glob ``pattern`` (``*.csv``, ``out/**/*.png``; ``**`` any folders; hidden names
+        only when the pattern names them). Symlinks are neither followed nor listed; the bridge's
+        own folder is never listed. Raises :class:`NotAllowed` for a bad pattern."""
+        self._require("list_files")
+        check_glob(pattern)
+        try:
+            found = await anyio.to_thread.run_sync(self._confined.list_files)
+        except OSError as exc:
+            raise NotAllowed(f"list_files({pattern!r}) failed: {exc.strerror or exc}") from None
+        private = outcome_dir_name(self._nonce) + "/"
+        return sorted(name for name, _ in found if not name.startswith(private) and glob_match(pattern, name))
 
     # ------------------------------------------------------- the model's tool
     def tools(self) -> list[ToolHandle]:

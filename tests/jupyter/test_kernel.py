@@ -317,3 +317,29 @@ def test_input_without_stdin_fails_clearly_and_the_session_lives_on(kernel: Kern
     assert run.status == "error" and run.error is not None and run.error["ename"] == "CellError"
     assert "does not offer stdin" in one_line(run.error)
     assert kernel.run("%%console\nprint(kept)").expect_ok().stdout == "state\n"
+
+
+def test_put_and_get_files_through_the_tmpdir_under_read_only(kernel: Kernel) -> None:
+    local = kernel.root / "in.csv"
+    local.write_text("a,b\n1,2\n")
+    kernel.run(f"%%console {kernel.console_options}\nimport os").expect_ok()  # read-only profile (the default)
+    put = kernel.run(f"%console_put {local} data/in.csv").expect_ok().stdout
+    assert "-> " in put and put.rstrip().endswith("data/in.csv")
+    code = (
+        "%%console\nimport pandas as pd\n"
+        "frame = pd.read_csv(os.environ['TMPDIR'] + '/data/in.csv')\n"
+        "frame['c'] = frame.a + frame.b\n"
+        "frame.to_csv(os.environ['TMPDIR'] + '/out.csv', index=False)\n"
+        "os.symlink('/etc/hostname', os.environ['TMPDIR'] + '/link.csv')\n"
+    )
+    kernel.run(code).expect_ok()
+    target = kernel.root / "got"
+    target.mkdir()
+    got = kernel.run(f"%console_get out.csv {target}").expect_ok()
+    assert (target / "out.csv").read_text() == "a,b,c\n1,2,3\n", got.stdout
+    # again: the local copy is replaced (a rerun cell works)
+    kernel.run(f"%console_get out.csv {target / 'out.csv'}").expect_ok()
+    refused = kernel.run("%console_get link.csv")
+    assert refused.status == "error" and "symlink" in one_line(refused.error)
+    assert kernel.run("%console_get").status == "error"  # usage
+    assert not (kernel.workspace / "link.csv").exists()
