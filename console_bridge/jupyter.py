@@ -13,14 +13,17 @@ One verified, sandboxed session per kernel, opened by the first ``%%console`` ce
     select 42 as answer
 
 ``%%console [python|sql|r] [--profile P] [--workspace DIR] [--timeout S] [--poll-window S]
-[--recordings-dir DIR] [--python VENV]`` runs the cell in the kernel's session (``--python``:
-the venv the worker's Python runs in). Output streams into the cell as it arrives, stdout and
-stderr on their own streams; ``display()`` calls, plots and rich objects (DataFrames as HTML
-tables, ``HTML(...)``, Markdown) appear as ``display_data`` where the cell showed them, and the
+[--recordings-dir DIR] [--python VENV] [--languages python,sql,r]`` runs the cell in the kernel's
+session (``--python``: the venv the worker's Python runs in). The session offers R from its first
+cell when R is installed (``--languages`` on the first cell chooses); a cell in a language the
+open session lacks is refused, state kept, unless it names ``--languages`` (which reopens).
+Output streams into the cell as it arrives, stdout and stderr on their own streams;
+``display()`` calls, plots and rich objects (DataFrames as HTML tables, SQL results,
+``HTML(...)``, Markdown) appear as ``display_data`` where the cell showed them, and the
 cell's final value as its ``execute_result``. ``input()`` in a cell asks through the notebook's
 stdin (a frontend without stdin gets a clear error; the session lives on). Options not given
 keep what the open session has; a cell
-that asks for another workspace, profile, poll window, recordings folder or language
+that asks for another workspace, profile, poll window, recordings folder or ``--languages``
 closes the session and opens a new one, and says so (in-memory state is lost).
 ``--timeout`` bounds one cell: past it the cell is interrupted and the session lives on.
 
@@ -54,6 +57,7 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -65,9 +69,11 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from console_bridge import (
     BridgeError,
+    Busy,
     CellError,
     CellResult,
     CellTimeout,
+    ConnectionClosed,
     Console,
     ConsoleStatus,
     Output,
@@ -113,6 +119,18 @@ class _Value:
 
     def __repr__(self) -> str:
         return self.output.text
+
+
+def _notebook_text(exc: BridgeError) -> str:
+    """A bridge error in the notebook's terms (magics, the kernel's stop button), not the Python API's."""
+    if isinstance(exc, Busy):
+        return (
+            "Busy: a console cell is still running; interrupt the kernel (the stop button) to stop it, or "
+            "%console_restart for a fresh session (state lost)"
+        )
+    if isinstance(exc, ConnectionClosed):
+        return f"ConnectionClosed: the session ended ({exc.message}); the next %%console cell opens a new one"
+    return f"{type(exc).__name__}: {exc.message}"
 
 
 def _format_value(value: object) -> str:
@@ -163,6 +181,9 @@ class ConsoleMagics:
         self.shell = shell
         #: the largest file %console_put / %console_get copy
         self.max_file_bytes = max_file_bytes
+        #: what the first session opens with (unless its cell says --languages): R too when it is installed,
+        #: so a later %%console r cell never has to replace the session and lose its state
+        self.default_languages: tuple[str, ...] = ("python", "sql", "r") if shutil.which("R") else ("python", "sql")
         self.settle_timeout = settle_timeout
         self.retry_interval = retry_interval
         self.acquire_timeout = acquire_timeout
@@ -203,7 +224,8 @@ class ConsoleMagics:
         """Run the cell in the kernel's MCP Console session.
 
         Usage: ``%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR]
-        [--timeout SECONDS] [--poll-window SECONDS] [--recordings-dir DIR] [--python VENV]``
+        [--timeout SECONDS] [--poll-window SECONDS] [--recordings-dir DIR] [--python VENV]
+        [--languages python,sql,r]``
 
         The first cell opens the session (profile ``read-only`` and the kernel's folder
         unless given). Options not given keep the open session's; a different workspace,
@@ -216,7 +238,11 @@ class ConsoleMagics:
         except OptionsError as exc:
             raise UsageError(str(exc)) from None
         try:
-            console = self._session(plan_session(self.spec, options, cwd=Path.cwd()))
+            spec = plan_session(self.spec, options, cwd=Path.cwd(), default_languages=self.default_languages)
+        except OptionsError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            console = self._session(spec)
             if cell.strip():
                 return self._run(console, options.language, cell, options.timeout)
             return None
@@ -236,7 +262,7 @@ class ConsoleMagics:
             text = f"CellError: the {options.language} cell failed with {what} (its output above shows where)"
             raise _one_line(exc, host_line(text)) from None
         except BridgeError as exc:
-            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
+            raise _one_line(exc, host_line(_notebook_text(exc))) from None
 
     def console_status(self, line: str) -> None:
         """Print the session's state: server version and pid, workspace, profile, sandbox, recording."""
@@ -257,7 +283,7 @@ class ConsoleMagics:
             old.close()
             self.console = self.manager.open(owner=_OWNER)
         except BridgeError as exc:
-            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
+            raise _one_line(exc, host_line(_notebook_text(exc))) from None
         sys.stdout.write(
             f"console-bridge: a fresh session (pid {self.console.pid}) replaced the old one; "
             "its in-memory state is gone\n"
@@ -290,7 +316,7 @@ class ConsoleMagics:
         try:
             where = console.put_file(name or path.name, data)
         except BridgeError as exc:
-            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
+            raise _one_line(exc, host_line(_notebook_text(exc))) from None
         sys.stdout.write(f"{_PREFIX}{host_line(f'{local} -> {where} ({len(data)} bytes); cells open {where}')}\n")
 
     def console_get(self, line: str) -> None:
@@ -305,7 +331,7 @@ class ConsoleMagics:
         try:
             data = console.get_file(name, max_bytes=self.max_file_bytes)
         except BridgeError as exc:
-            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
+            raise _one_line(exc, host_line(_notebook_text(exc))) from None
         target = Path(local).expanduser() if local else Path.cwd() / Path(name).name
         if target.is_dir():
             target = target / Path(name).name

@@ -108,6 +108,48 @@ _console_bridge_sources()
 del _console_bridge_sources
 
 
+def _console_bridge_no_installs(offline):
+    # Cells have no network, so an installer (pip, uv, conda, apt) started from a cell spent 10-12 s
+    # in DNS retries before it failed. Starting one fails at once instead, saying why.
+    if not offline:
+        return
+    import os, re, sys
+
+    events = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn"}
+    installers = re.compile(r"^(pip(\d+(\.\d+)?)?|uv|conda|mamba|micromamba|poetry|pipenv|apt|apt-get)$")
+    verbs = {"install", "add", "sync"}
+    message = ("no network in the sandbox; installs are disabled (console-bridge stopped {0!r}). Use the "
+               "packages of the worker's environment, or have the host install what is missing there")
+
+    def words(value):
+        if isinstance(value, (str, bytes, os.PathLike)):
+            text = os.fsdecode(value)
+            return [word for word in re.split(r"[\s;&|()]+", text) if word]
+        if isinstance(value, (list, tuple)):
+            return [word for item in value for word in words(item)]
+        return []
+
+    def installing(argv):
+        names = [os.path.basename(word) for word in argv]
+        for index, name in enumerate(names):
+            if installers.match(name.removesuffix(".exe")) and verbs & set(names[index + 1 : index + 4]):
+                return True
+        return False
+
+    def on_audit(event, args):
+        if event in events:
+            argv = words(args[1] if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") else
+                         args[2] if event == "os.spawn" else args[0])
+            if installing(argv):
+                raise PermissionError(message.format(" ".join(argv)[:200]))
+
+    sys.addaudithook(on_audit)
+
+
+_console_bridge_no_installs(%(offline)s)
+del _console_bridge_no_installs
+
+
 def _console_bridge_streams():
     # mcp-console merges stderr into stdout. Each write to sys.stderr is framed by two Unicode
     # noncharacters (_cells.STDERR_START/_END: reserved for internal use, they pass through
@@ -507,10 +549,15 @@ del _cb_time, _cb_os, _cb_json, _cb_file
 '''
 
 
-def python_startup_code(nonce: str, *, sql: bool) -> str:
+def python_startup_code(nonce: str, *, sql: bool, offline: bool = True) -> str:
     """The Python the worker runs before the first cell: outcome hooks and, with ``sql``, a
-    DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice)."""
-    return _PYTHON_STARTUP % {"dir": repr(outcome_dir_name(nonce)), "sql": "True" if sql else "False"}
+    DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice). With
+    ``offline`` (the sandbox has no network) a cell that starts an installer fails at once."""
+    return _PYTHON_STARTUP % {
+        "dir": repr(outcome_dir_name(nonce)),
+        "sql": "True" if sql else "False",
+        "offline": "True" if offline else "False",
+    }
 
 
 _R_PROFILE = r"""

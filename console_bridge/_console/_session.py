@@ -29,7 +29,7 @@ from console_bridge._console._launch import (
     validate_root,
     worker_python,
 )
-from console_bridge._console._observe import CellObserver, for_model, merge, split_chunk
+from console_bridge._console._observe import CellObserver, for_model, merge, reword_restart, split_chunk
 from console_bridge._console._outcome import (
     OutcomeLog,
     outcome_dir_name,
@@ -263,7 +263,7 @@ class AsyncConsole(NotCopyable):
             # One startup entry does both: the outcome hooks (see _outcome) and, for SQL, a
             # DuckDB connection that Python owns (with R installed SQL would go to R's DuckDB).
             sql = "sql" in self.server_languages
-            code = python_startup_code(self._nonce, sql=sql)
+            code = python_startup_code(self._nonce, sql=sql, offline=expected.network == "restricted")
             argv += ["-c", "startup.language=python", "-c", f"startup.code={yaml_string(code)}"]
         if self.dependencies == "deny":
             argv += ["-c", "tool.parameters.requirements.enabled=false"]
@@ -676,6 +676,7 @@ class AsyncConsole(NotCopyable):
             if cell.worker_exited or restart or errors_as_results:
                 if restart:
                     await self._restart_worker()
+                    cell = reword_restart(cell)
                 return cell
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
         self._observer.submitted(language, mark)
@@ -1010,11 +1011,11 @@ class AsyncConsole(NotCopyable):
     async def _model_send(self, arguments: dict[str, Any]) -> CellResult:
         if arguments.get("control") == "restart":
             self._audit_refusal(arguments, "restart is host-only")
-            raise NotAllowed("control='restart' is reserved for the host; use control='interrupt' to stop a cell")
+            raise NotAllowed('control: "restart" is reserved for the host; send control: "interrupt" to stop a cell')
         if "requirements" in arguments and self.dependencies == "deny":
             self._audit_refusal(arguments, "requirements under dependencies='deny'")
             raise DependenciesRefused(
-                "package installs are disabled for this console (dependencies='deny'); use what is installed",
+                "package installs (`requirements`) are disabled for this console; use the packages already installed",
                 server=SERVER,
             )
         props = set((self._send_schema.get("properties") or {}).keys())
@@ -1051,9 +1052,17 @@ class AsyncConsole(NotCopyable):
             if not approved:
                 why = f"the approval gate raised {error}" if error else "the approval gate said no"
                 raise ApprovalDenied(f"send was not approved: {why}; nothing was run", server=SERVER)
-        if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
-            return for_model(await self._interrupt_cell(args["timeout_ms"]))
-        return for_model(await self._call(args))
+        try:
+            if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
+                return for_model(await self._interrupt_cell(args["timeout_ms"]))
+            return for_model(await self._call(args))
+        except Busy:
+            # The model drives the cell through send alone: say it in send's terms, not the Python API's.
+            raise Busy(
+                "a cell is still running; call send({}) to keep watching it, or send with "
+                'control: "interrupt" to stop it (nothing was queued)',
+                server=SERVER,
+            ) from None
 
     def _audit_refusal(self, arguments: Mapping[str, Any], reason: str) -> None:
         log = self.policy.audit_log

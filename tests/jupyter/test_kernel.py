@@ -154,7 +154,8 @@ def test_status_shows_the_verified_sandbox(kernel: Kernel) -> None:
     assert f"workspace   {kernel.workspace}\n" in out
     assert "profile     read-only\n" in out
     assert "sandbox     sandboxed=True, network=restricted, writable=[tmpdir]" in out
-    assert "languages   python, sql; poll window 1 s\n" in out
+    langs = "python, sql, r" if shutil.which("R") else "python, sql"  # R from the first cell where installed
+    assert f"languages   {langs}; poll window 1 s\n" in out
     assert f"recording   {kernel.recordings}" in out
     assert psutil.pid_exists(server_pid(kernel))
 
@@ -244,13 +245,21 @@ def test_the_blocking_console_works_in_the_kernels_running_loop(kernel: Kernel) 
 
 
 @pytest.mark.skipif(shutil.which("R") is None, reason="R is not installed")
-def test_an_r_cell_reopens_the_session_with_r(kernel: Kernel) -> None:
-    kernel.run(f"%%console {kernel.console_options}\npass").expect_ok()
+def test_an_r_cell_runs_in_the_first_session_and_keeps_python_state(kernel: Kernel) -> None:
+    kernel.run(f"%%console {kernel.console_options}\nkept = 'python state'").expect_ok()
+    pid = server_pid(kernel)
     run = kernel.run("%%console r\nx <- c(1, 2, 3)\nprint(sum(x))").expect_ok()
-    assert "languages 'python, sql' -> 'python, sql, r'" in run.stderr
-    assert run.stdout == "[1] 6\n"
-    assert kernel.run("%%console python\nprint('python too')").expect_ok().stdout == "python too\n"
+    assert run.stdout == "[1] 6\n" and "closing the session" not in run.stderr
+    assert kernel.run("%%console python\nprint(kept)").expect_ok().stdout == "python state\n"
+    assert server_pid(kernel) == pid
     assert "languages   python, sql, r;" in kernel.run("%console_status").expect_ok().stdout
+
+
+def test_a_language_the_session_lacks_is_refused_with_its_state_kept(kernel: Kernel) -> None:
+    kernel.run(f"%%console {kernel.console_options} --languages python,sql\nkept = 1").expect_ok()
+    refused = kernel.run("%%console r\nprint(1)")
+    assert refused.status == "error" and "--languages python,sql,r" in refused.stderr, refused.stderr
+    assert kernel.run("%%console\nprint(kept)").expect_ok().stdout == "1\n"
 
 
 def test_a_profile_change_reopens_saying_so_and_close_stops_the_session(kernel: Kernel) -> None:
