@@ -38,7 +38,8 @@ from console_bridge._errors import (
 from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import ApprovalRequest, Policy
 from console_bridge._identity import Owner, current_owner, run_context
-from console_bridge._results import CellFailure, CellResult, Image, Output, Table, ToolResult
+from console_bridge._console._usage import SessionUsage
+from console_bridge._results import CellFailure, CellResult, CellUsage, Image, Output, Table, ToolResult
 
 if TYPE_CHECKING:
     from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Page
@@ -111,6 +112,7 @@ __all__ = [
     "CellError",
     "CellFailure",
     "CellResult",
+    "CellUsage",
     "CellTimeout",
     "ConnectionClosed",
     "ConnectionStatus",
@@ -137,6 +139,7 @@ __all__ = [
     "ServerError",
     "SessionInfo",
     "SessionManager",
+    "SessionUsage",
     "Table",
     "ToolHandle",
     "ToolResult",

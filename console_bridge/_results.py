@@ -10,6 +10,7 @@ from typing import Any, Literal
 __all__ = [
     "CellFailure",
     "CellResult",
+    "CellUsage",
     "FailureKind",
     "Image",
     "Output",
@@ -194,6 +195,23 @@ class CellFailure:
 
 
 @dataclass(frozen=True, slots=True)
+class CellUsage:
+    """What one cell used: ``cpu_seconds`` (CPU time of the session's processes while it ran, the
+    threads and processes it started included), ``wall_seconds`` (from submission to its end) and
+    ``memory_peak`` (bytes: the most memory the session used during the cell above what it used
+    when the cell began). From the session's cgroup where it has one, else from the worker process
+    (``/proc``); a figure this host cannot measure is None. Example::
+
+        result = console.run(python="x = bytearray(500 * 2**20)")
+        result.usage.memory_peak / 2**20   # about 500
+    """
+
+    cpu_seconds: float | None
+    wall_seconds: float
+    memory_peak: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class CellResult(ToolResult):
     """One observation of a console cell.
 
@@ -230,6 +248,8 @@ class CellResult(ToolResult):
     stream: str = "stdout"
     segments: tuple[tuple[str, str], ...] = ()
     outputs: list[Output] = field(default_factory=list)
+    #: what the cell used (set on the result that ends a cell; None on other observations)
+    usage: CellUsage | None = None
 
     def __post_init__(self) -> None:
         if self.error is not None and not self.is_error:

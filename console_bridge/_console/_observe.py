@@ -119,6 +119,7 @@ def merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) ->
         prompt=last.prompt,
         worker_exited=any(chunk.worker_exited for chunk in chunks),
         error=errors[0] if errors else None,
+        usage=next((chunk.usage for chunk in reversed(chunks) if chunk.usage is not None), None),
     )
 
 

@@ -40,6 +40,7 @@ from console_bridge._console._outcome import (
 from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
+from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
 from console_bridge._console._worker_env import inspect_venv
 from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
@@ -100,6 +101,8 @@ class ConsoleStatus:
     deny_read: tuple[str, ...] = ()
     view: list[dict[str, Any]] = field(default_factory=list)
     host: str | None = None
+    #: what the session used so far (see :class:`SessionUsage`); None before it started
+    usage: SessionUsage | None = None
 
 
 class AsyncConsole(NotCopyable):
@@ -227,6 +230,8 @@ class AsyncConsole(NotCopyable):
         self._observer = CellObserver(lambda: self.recording, self._note_recording, events_wait=float(events_wait))
         self._notices = self._observer.notices
         self._observer.limit_check = self._limit_check
+        self._meter: CellMeter | None = None
+        self._tree: TreeMeter | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -396,6 +401,9 @@ class AsyncConsole(NotCopyable):
             except ConnectionClosed as exc:
                 raise self._confinement_refusal(exc) from None
             self._confined.attach(self._conn.supervisor_pid or 0, base, server_pid=self._conn.pid)
+            groups, supervisor = self._confined.usage_sources()
+            self._meter = CellMeter(group_meter(groups), WorkerMeter(supervisor))
+            self._tree = TreeMeter(supervisor)
             # The hooks write under the TMPDIR as the session's processes see it (a tmpfs of its own).
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
             await self._verify(self._conn, binary)
@@ -532,6 +540,8 @@ class AsyncConsole(NotCopyable):
                 await conn.cancel()
             else:
                 await conn.close()
+        if self._meter is not None:
+            self._meter.close()
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 
@@ -591,6 +601,7 @@ class AsyncConsole(NotCopyable):
             deny_read=tuple(self._confined.deny),
             view=self._confined.view.describe() if self._confined.view is not None else [],
             host=self._confined.confinement.host.name if self._confined.confinement is not None else None,
+            usage=self.usage(),
         )
 
     # ------------------------------------------------------------ hand-over
@@ -652,8 +663,11 @@ class AsyncConsole(NotCopyable):
         language = next((lang for lang in LANGUAGES if lang in args), None)
         mark = self._observer.mark(language)
         started = time.monotonic()
+        meter = self._meter
         if language is not None:
             self._confined.mark()
+            if meter is not None:
+                meter.start()
         try:
             result = await conn.call_tool("send", args)
         except ConnectionClosed as exc:
@@ -677,10 +691,43 @@ class AsyncConsole(NotCopyable):
                 if restart:
                     await self._restart_worker()
                     cell = reword_restart(cell)
-                return cell
+                return self._measured(cell)
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
         self._observer.submitted(language, mark)
-        return await self._observer.observe(result, started)
+        return self._measured(await self._observer.observe(result, started))
+
+    def _measured(self, cell: CellResult) -> CellResult:
+        """The observation that ends a cell carries what the cell used."""
+        meter = self._meter
+        if meter is None or not meter.active or cell.running or cell.waiting_for_input:
+            return cell
+        return dataclasses.replace(cell, usage=meter.stop())
+
+    def usage(self) -> SessionUsage | None:
+        """What the session used so far: from its cgroups where it has them, else its processes."""
+        if self._meter is None or self._tree is None or self._state == "closed":
+            return None
+        group = self._meter.group
+        cpu = group.cpu_seconds() if group is not None else None
+        memory = group.memory_now() if group is not None else None
+        peak = group.session_peak() if group is not None else None
+        processes = group.processes() if group is not None else None
+        if cpu is None or memory is None or processes is None:
+            tree_cpu, tree_memory, tree_peak, tree_processes = self._tree.read()
+            cpu = cpu if cpu is not None else tree_cpu
+            if memory is None:
+                memory, peak = tree_memory, tree_peak
+            processes = processes if processes is not None else tree_processes
+        recording = self.recording
+        return SessionUsage(
+            cpu_seconds=cpu,
+            memory=memory,
+            memory_peak=peak,
+            processes=processes,
+            tmpdir_bytes=self._confined.tmpdir_bytes(),
+            writes_bytes=None,
+            recording_bytes=recording.size_bytes if recording is not None else None,
+        )
 
     def _note_recording(self, recording: Recording) -> None:
         """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
