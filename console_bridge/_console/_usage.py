@@ -296,10 +296,7 @@ class CellMeter:
 
     def start(self) -> None:
         group = self.group
-        if group is not None and group.cpu is not None:
-            self._cpu = group.cpu_seconds()
-        else:
-            self._cpu = self.worker.cpu_seconds()
+        self._cpu = self._cpu_now()
         if group is not None and group.memory is not None:
             self._memory = group.memory_now()
             self._peak_reset = group.reset_peak()
@@ -314,16 +311,17 @@ class CellMeter:
             self.group.close()
         self.worker.close()
 
+    def _cpu_now(self) -> float | None:
+        group = self.group
+        return group.cpu_seconds() if group is not None and group.cpu is not None else self.worker.cpu_seconds()
+
     def stop(self) -> CellUsage | None:
         if self._started is None:
             return None
         wall = time.monotonic() - self._started
         self._started = None
         group = self.group
-        if group is not None and group.cpu is not None:
-            cpu_now = group.cpu_seconds()
-        else:
-            cpu_now = self.worker.cpu_seconds()
+        cpu_now = self._cpu_now()
         cpu = None if cpu_now is None or self._cpu is None else max(0.0, cpu_now - self._cpu)
         peak: int | None = None
         if self._peak_reset and self._memory is not None:
@@ -334,3 +332,48 @@ class CellMeter:
                 top = sizes[1] if sizes is not None else None
             peak = None if top is None else max(0, top - self._memory)
         return CellUsage(cpu_seconds=cpu, wall_seconds=wall, memory_peak=peak)
+
+
+def registry_usage(cgroups: list[str], supervisor_pid: int | None, recording: str | None) -> SessionUsage:
+    """A session's usage read from outside (``console-bridge ps``/``top``): its groups as the registry
+    lists them, else its supervisor's process tree; the recording's size on disk."""
+    cpu = memory = peak = processes = None
+    meter = group_meter([Path(path) for path in cgroups])
+    if meter is not None:
+        try:
+            cpu, memory, peak, processes = (
+                meter.cpu_seconds(),
+                meter.memory_now(),
+                meter.session_peak(),
+                meter.processes(),
+            )
+        finally:
+            meter.close()
+    if cpu is None or memory is None or processes is None:
+        tree_cpu, tree_memory, _, tree_processes = TreeMeter(supervisor_pid).read()
+        cpu = cpu if cpu is not None else tree_cpu
+        if memory is None:
+            memory, peak = tree_memory, None  # one look: no peak
+        processes = processes if processes is not None else tree_processes
+    return SessionUsage(
+        cpu_seconds=cpu,
+        memory=memory,
+        memory_peak=peak,
+        processes=processes,
+        recording_bytes=_tree_bytes(Path(recording)) if recording else None,
+    )
+
+
+def _tree_bytes(root: Path, max_entries: int = 10_000) -> int | None:
+    total = seen = 0
+    try:
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                seen += 1
+                if seen > max_entries:
+                    return total
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(folder, name)).st_size
+    except OSError:
+        return None
+    return total
