@@ -29,6 +29,7 @@ from console_bridge._console._launch import (
     validate_root,
     worker_python,
 )
+from console_bridge._console._notebook import CellLog
 from console_bridge._console._observe import CellObserver, for_model, merge, reword_restart, split_chunk
 from console_bridge._console._outcome import (
     OutcomeLog,
@@ -232,6 +233,10 @@ class AsyncConsole(NotCopyable):
         self._observer.limit_check = self._limit_check
         self._meter: CellMeter | None = None
         self._tree: TreeMeter | None = None
+        #: the user's cells, logged next to the recording as they end (the notebook export reads it)
+        self._cells = CellLog()
+        self._cell: tuple[str, str, list[CellResult]] | None = None
+        self._log_cells = False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -410,6 +415,7 @@ class AsyncConsole(NotCopyable):
             self._abort_if_closed()
             await self._probe(base)
             self._abort_if_closed()
+            self._log_cells = True
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._teardown(cancel=True)
@@ -542,6 +548,7 @@ class AsyncConsole(NotCopyable):
                 await conn.close()
         if self._meter is not None:
             self._meter.close()
+        self._cells.close()
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 
@@ -668,6 +675,8 @@ class AsyncConsole(NotCopyable):
             self._confined.mark()
             if meter is not None:
                 meter.start()
+            if self._log_cells:
+                self._cell = (language, str(args[language]), [])
         try:
             result = await conn.call_tool("send", args)
         except ConnectionClosed as exc:
@@ -697,11 +706,21 @@ class AsyncConsole(NotCopyable):
         return self._measured(await self._observer.observe(result, started))
 
     def _measured(self, cell: CellResult) -> CellResult:
-        """The observation that ends a cell carries what the cell used."""
-        meter = self._meter
-        if meter is None or not meter.active or cell.running or cell.waiting_for_input:
+        """The observation that ends a cell carries what the cell used; the cell goes to the log."""
+        if cell.running or cell.waiting_for_input:
+            if self._cell is not None and len(self._cell[2]) < 10_000:
+                self._cell[2].append(cell)
             return cell
-        return dataclasses.replace(cell, usage=meter.stop())
+        meter = self._meter
+        if meter is not None and meter.active:
+            cell = dataclasses.replace(cell, usage=meter.stop())
+        if self._cell is not None:
+            language, code, chunks = self._cell
+            self._cell = None
+            recording = self.recording
+            whole = merge([*chunks, cell], sum(chunk.elapsed for chunk in [*chunks, cell]))
+            self._cells.write(recording.path if recording is not None else None, language, code, whole)
+        return cell
 
     def usage(self) -> SessionUsage | None:
         """What the session used so far: from its cgroups where it has them, else its processes."""
