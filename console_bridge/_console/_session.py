@@ -233,6 +233,9 @@ class AsyncConsole(NotCopyable):
         self._observer.limit_check = self._limit_check
         self._meter: CellMeter | None = None
         self._tree: TreeMeter | None = None
+        self._usage_cache: dict[str, tuple[float, Any]] = {}
+        #: seconds status().usage keeps a walked figure (the recording's size, the process tree's use)
+        self.usage_refresh = 2.0
         #: the user's cells, logged next to the recording as they end (the notebook export reads it)
         self._cells = CellLog()
         self._cell: tuple[str, str, list[CellResult]] | None = None
@@ -732,7 +735,7 @@ class AsyncConsole(NotCopyable):
         peak = group.session_peak() if group is not None else None
         processes = group.processes() if group is not None else None
         if cpu is None or memory is None or processes is None:
-            tree_cpu, tree_memory, tree_peak, tree_processes = self._tree.read()
+            tree_cpu, tree_memory, tree_peak, tree_processes = self._cached("tree", self._tree.read)
             cpu = cpu if cpu is not None else tree_cpu
             if memory is None:
                 memory, peak = tree_memory, tree_peak
@@ -745,8 +748,19 @@ class AsyncConsole(NotCopyable):
             processes=processes,
             tmpdir_bytes=self._confined.tmpdir_bytes(),
             writes_bytes=None,
-            recording_bytes=recording.size_bytes if recording is not None else None,
+            recording_bytes=self._cached("recording", lambda: recording.size_bytes) if recording is not None else None,
         )
+
+    def _cached(self, key: str, read: Callable[[], Any]) -> Any:
+        """What ``read`` returned, re-read at most every ``usage_refresh`` seconds (a walk of the
+        recording or the process tree; status() is called often, the counter files are read each time)."""
+        now = time.monotonic()
+        hit = self._usage_cache.get(key)
+        if hit is not None and now - hit[0] < self.usage_refresh:
+            return hit[1]
+        value = read()
+        self._usage_cache[key] = (now, value)
+        return value
 
     def _note_recording(self, recording: Recording) -> None:
         """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
