@@ -80,6 +80,7 @@ from console_bridge import (
     Owner,
     ServerError,
     SessionManager,
+    SessionUsage,
 )
 from console_bridge._hostfs import read_file, write_file
 from console_bridge._hygiene import CellOutput, host_line
@@ -152,8 +153,18 @@ def _status_text(status: ConsoleStatus) -> str:
             f"  sandbox     {host_line(sandbox_text)}",
             f"  languages   {host_line(', '.join(status.languages))}; poll window {status.poll_window:g} s",
             f"  recording   {host_line(str(status.recording or 'none yet'))}",
+            *([f"  usage       {_usage_text(status.usage)}"] if status.usage is not None else []),
         ]
     )
+
+
+def _usage_text(usage: SessionUsage) -> str:
+    def size(value: int | None) -> str:
+        return "?" if value is None else f"{value / 2**20:.0f} MiB"
+
+    cpu = "?" if usage.cpu_seconds is None else f"{usage.cpu_seconds:.1f} s"
+    procs = "?" if usage.processes is None else str(usage.processes)
+    return f"cpu {cpu}, memory {size(usage.memory)} (peak {size(usage.memory_peak)}), {procs} processes"
 
 
 class ConsoleMagics:

@@ -157,6 +157,7 @@ def test_status_shows_the_verified_sandbox(kernel: Kernel) -> None:
     langs = "python, sql, r" if shutil.which("R") else "python, sql"  # R from the first cell where installed
     assert f"languages   {langs}; poll window 1 s\n" in out
     assert f"recording   {kernel.recordings}" in out
+    assert re.search(r"usage       cpu \d+\.\d s, memory \d+ MiB \(peak \d+ MiB\), \d+ processes", out), out
     assert psutil.pid_exists(server_pid(kernel))
 
 
