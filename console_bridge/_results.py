@@ -49,8 +49,9 @@ class Table:
 
     The rows are the preview the worker fetched (20 rows in mcp-console 0.0.5 and 0.0.6), all
     columns, for SQL run on the session's own DuckDB connection (a connection a cell selected
-    with ``_console.sql_connection(...)`` gives text only). Numbers, strings, booleans and NULL (None) keep their type; other values (dates,
-    decimals, lists) come as their ``str()``; a string longer than 10,000 characters is cut.
+    with ``_console.sql_connection(...)`` gives text only). Numbers, strings, booleans and NULL
+    (None) keep their type; other values (dates, decimals, lists) come as their ``str()``; a
+    string longer than 10,000 characters is cut.
     With mcp-console 0.0.6 the rest of a truncated result is one Python cell away:
     ``_console.sql_last_result()`` (mcp-console's own call). Example::
 
