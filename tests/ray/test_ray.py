@@ -149,7 +149,7 @@ async def test_an_agent_drives_a_remote_session(cluster: Any, options: dict[str,
         api = ScriptedApi(call("send", {"python": "print(6 * 7)"}), call("send", {"control": "restart"}), answer)
         result, refusal = tool_results(await agent(api, handles))
         assert (result["content"], result["is_error"]) == ("42\n", False)
-        assert refusal["is_error"] is True and refusal["content"].startswith("NotAllowed: control='restart'")
+        assert refusal["is_error"] is True and refusal["content"].startswith('NotAllowed: control: "restart"')
         # Ownership is checked here, on the driver, before anything travels.
         with run_context(Owner("intruder")), pytest.raises(OwnerMismatch):
             await handles[0]({"python": "1"})
