@@ -10,21 +10,25 @@ notebook that Jupyter opens and ``nbformat.validate`` accepts.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from console_bridge._console._cells import cut_segments, read_notices, split_streams
 from console_bridge._results import CellResult, Output
 
-__all__ = ["CellLog", "cells_path", "nb_outputs", "notebook", "read_cells"]
+__all__ = ["CellLog", "cells_from_events", "cells_path", "nb_outputs", "notebook", "read_cells"]
 
 CELLS_SUFFIX = ".console-bridge-cells.jsonl"
 #: Bounds on the log: one cell's record and the whole file (the rest of a session is not logged).
 MAX_RECORD = 16 * 1024 * 1024
 MAX_LOG = 256 * 1024 * 1024
 _MAGIC = {"python": "%%console", "sql": "%%console sql", "r": "%%console r"}
+_PROBE = "console-bridge-canary"  # in the code of the bridge's confinement probe (see _confined)
 
 
 def cells_path(recording_path: Path) -> Path:
@@ -45,12 +49,7 @@ def nb_outputs(result: CellResult, count: int) -> list[dict[str, Any]]:
     outputs: list[dict[str, Any]] = []
 
     def stream(name: str, text: str) -> None:
-        if not text:
-            return
-        if outputs and outputs[-1].get("output_type") == "stream" and outputs[-1]["name"] == name:
-            outputs[-1]["text"] += text
-        else:
-            outputs.append({"output_type": "stream", "name": name, "text": text})
+        _add_stream(outputs, name, text)
 
     shown = iter(result.outputs)
     segments = result.segments or (("stdout", result.text), ("stderr", result.stderr))
@@ -154,12 +153,76 @@ def read_cells(recording_path: Path, max_bytes: int = MAX_LOG) -> list[dict[str,
     return cells
 
 
-def notebook(cells: list[dict[str, Any]], *, title: str, info: dict[str, Any]) -> dict[str, Any]:
+def cells_from_events(
+    events: Iterable[dict[str, Any]], read_image: Callable[[str], bytes | None] = lambda path: None
+) -> list[dict[str, Any]]:
+    """The cells of a recording that has no cell log, from the server's own events (both layouts
+    record each ``send`` call and result): code in order, its text as stdout/stderr streams (status
+    notices removed) and its images. Failures are not known there; rich results are their text.
+    The bridge's confinement probe is left out. ``read_image`` reads an image the recording keeps as
+    a file (0.0.6 records ``{"type": "image", "path": ...}``), given its path inside the recording."""
+    cells: list[dict[str, Any]] = []
+    by_call: dict[object, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    for event in events:
+        kind = event.get("event")
+        if kind == "tool_call":
+            arguments = _dict(_dict(event.get("request")).get("arguments"))
+            language = next((lang for lang in ("python", "sql", "r") if isinstance(arguments.get(lang), str)), None)
+            if language is not None:
+                code = str(arguments[language])
+                current = None
+                if _PROBE not in code:
+                    current = {"language": language, "code": code, "outputs": [], "execution_count": len(cells) + 1}
+                    cells.append(current)
+            if current is not None:
+                by_call[event.get("call_id")] = current
+        elif kind == "tool_result":
+            cell = by_call.get(event.get("call_id"))
+            content = _dict(event.get("result")).get("content")
+            if cell is not None and isinstance(content, list):
+                _add_blocks(cell["outputs"], content, read_image)
+    return cells
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _add_blocks(outputs: list[dict[str, Any]], content: list[Any], read_image: Callable[[str], bytes | None]) -> None:
+    for block in content:
+        block = _dict(block)
+        if block.get("type") == "text":
+            plain, segments, _ids = split_streams(str(block.get("text", "")))
+            kept = read_notices(plain).output
+            for stream, text in cut_segments(segments, plain, kept):
+                _add_stream(outputs, "stderr" if stream == "stderr" else "stdout", text)
+        elif block.get("type") == "image":
+            mime = str(block.get("mimeType") or "image/png")
+            data = block.get("data")
+            if not isinstance(data, str) and isinstance(block.get("path"), str):
+                raw = read_image(block["path"])
+                data = base64.b64encode(raw).decode("ascii") if raw is not None else None
+            if not isinstance(data, str):
+                continue
+            outputs.append({"output_type": "display_data", "data": {mime: data, "text/plain": mime}, "metadata": {}})
+
+
+def _add_stream(outputs: list[dict[str, Any]], name: str, text: str) -> None:
+    if not text:
+        return
+    if outputs and outputs[-1].get("output_type") == "stream" and outputs[-1]["name"] == name:
+        outputs[-1]["text"] += text
+    else:
+        outputs.append({"output_type": "stream", "name": name, "text": text})
+
+
+def notebook(cells: list[dict[str, Any]], *, title: str, info: dict[str, Any], note: str = "") -> dict[str, Any]:
     """An nbformat 4 notebook of ``cells``: a heading, ``%load_ext console_bridge``, then each cell as
     a ``%%console`` cell (its language named) with its outputs, so it can also be run again."""
     keys = ("workspace", "profile", "owner", "mcp_console")
     described = ", ".join(f"{key} {info[key]}" for key in keys if info.get(key))
-    heading = f"# console-bridge session {title}\n\n{described}".rstrip()
+    heading = f"# console-bridge session {title}\n\n{described}\n\n{note}".rstrip()
     nb_cells: list[dict[str, Any]] = [
         {"cell_type": "markdown", "id": "session", "metadata": {}, "source": heading},
         {

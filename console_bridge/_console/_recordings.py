@@ -214,20 +214,33 @@ def _remove(root: Path, run_id: str) -> None:
 
 
 def _write_notebook(recording: Recording, target: Path, text: str) -> Path:
-    from console_bridge._console._notebook import notebook, read_cells
-    from console_bridge._hostfs import write_file
+    from console_bridge._console._notebook import cells_from_events, notebook, read_cells
+    from console_bridge._hostfs import read_file, write_file
 
     cells = read_cells(recording.path)
-    if cells is None:
-        raise NotAllowed(
-            f"recording {recording.run_id} has no cell log (it was made without console-bridge, or before it kept "
-            "one), so it cannot become a notebook; export it as an archive instead (format='archive')"
+    note = ""
+    if cells is None:  # made without console-bridge, or before it kept the log: the server's events
+        def image(path: str) -> bytes | None:
+            try:  # inside the recording, never through a symlink
+                return read_file(recording.path, path, 50 * 1024 * 1024)
+            except (OSError, BridgeError):
+                return None
+
+        cells = cells_from_events(recording.events(), image)
+        note = (
+            "Rebuilt from the server's recording (no console-bridge cell log): outputs are text and images; "
+            "rich results and failures are not marked."
         )
+        if not cells and not any((recording.path / name).is_file() for name in _EVENTS):
+            raise NotAllowed(
+                f"recording {recording.run_id} has neither a cell log nor the server's events, so it cannot become "
+                "a notebook; export it as an archive instead (format='archive')"
+            )
     if target.is_dir() or text.endswith(os.sep) or target.suffix != ".ipynb":
         target.mkdir(parents=True, exist_ok=True)
         target = target / f"{recording.run_id}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    document = notebook(cells, title=recording.run_id, info=recording.info)
+    document = notebook(cells, title=recording.run_id, info=recording.info, note=note)
     data = (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
     write_file(target.parent, target.name, data, replace=True)
     return target

@@ -59,10 +59,19 @@ async def test_a_session_exports_as_a_notebook_that_validates(workspace, recordi
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "cli.ipynb").read_text())["cells"] == json.loads(path.read_text())["cells"]
+    # without the cell log (a recording made without console-bridge): rebuilt from the server's events
+    (recordings / "sessions" / f"{recording.run_id}.console-bridge-cells.jsonl").unlink()
+    bare = nbformat.read(Recordings(recordings).export(recording.run_id, tmp_path / "bare.ipynb", format="ipynb"), 4)
+    nbformat.validate(bare)
+    rebuilt = [cell for cell in bare.cells if cell.cell_type == "code"][1:]
+    assert [cell.source for cell in rebuilt] == [cell.source for cell in cells]  # no probe cell
+    assert rebuilt[0].outputs[0].text == "x is 21\n" and "careful" in rebuilt[0].outputs[1].text
+    assert any("image/png" in out.get("data", {}) for out in rebuilt[2].outputs)
+    assert "Rebuilt from the server's recording" in bare.cells[0].source
 
 
-def test_a_recording_without_a_cell_log_is_refused(tmp_path: Path) -> None:
+def test_a_recording_without_a_cell_log_or_events_is_refused(tmp_path: Path) -> None:
     run_id = "20261201T000000.000000000Z-0000000001"
     (tmp_path / "sessions" / run_id).mkdir(parents=True)
-    with pytest.raises(NotAllowed, match="no cell log"):
+    with pytest.raises(NotAllowed, match="neither a cell log nor the server's events"):
         Recordings(tmp_path).export(run_id, tmp_path / "x.ipynb", format="ipynb")
