@@ -674,6 +674,7 @@ class AsyncConsole(NotCopyable):
         mark = self._observer.mark(language)
         started = time.monotonic()
         meter = self._meter
+        running_cell, running_meter = self._cell, meter.state() if meter is not None else None
         if language is not None:
             self._confined.mark()
             if meter is not None:
@@ -691,6 +692,10 @@ class AsyncConsole(NotCopyable):
                 raise
             text = exc.result.text
             if text.lstrip().startswith((BUSY, BEING_POLLED)):
+                # Nothing was submitted: the running cell keeps its log record and its meter.
+                self._cell = running_cell
+                if meter is not None and running_meter is not None:
+                    meter.restore(running_meter)
                 raise Busy(
                     "a cell is still running in this console; poll() for its output, interrupt() it, or wait "
                     "(nothing was queued)",

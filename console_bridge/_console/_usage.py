@@ -294,6 +294,13 @@ class CellMeter:
     def active(self) -> bool:
         return self._started is not None
 
+    def state(self) -> tuple[float | None, float | None, int | None, bool]:
+        """What :meth:`restore` puts back (a submission the server refused as busy measured nothing)."""
+        return self._started, self._cpu, self._memory, self._peak_reset
+
+    def restore(self, state: tuple[float | None, float | None, int | None, bool]) -> None:
+        self._started, self._cpu, self._memory, self._peak_reset = state
+
     def start(self) -> None:
         group = self.group
         self._cpu = self._cpu_now()

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from console_bridge import AsyncConsole, NotAllowed, Recordings
+from console_bridge import AsyncConsole, Busy, NotAllowed, Recordings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
 
@@ -75,3 +75,20 @@ def test_a_recording_without_a_cell_log_or_events_is_refused(tmp_path: Path) -> 
     (tmp_path / "sessions" / run_id).mkdir(parents=True)
     with pytest.raises(NotAllowed, match="neither a cell log nor the server's events"):
         Recordings(tmp_path).export(run_id, tmp_path / "x.ipynb", format="ipynb")
+
+
+async def test_a_submission_refused_as_busy_keeps_the_running_cells_record(workspace, recordings, tmp_path):
+    async with AsyncConsole(workspace, recordings_dir=recordings) as console:
+        first = await console.send(python="import time\ntime.sleep(0.5)\nprint('slept')", timeout_ms=0)
+        assert first.running
+        with pytest.raises(Busy):
+            await console.send(python="print('refused')", timeout_ms=0)
+        result = await console.poll()
+        while result.running:
+            result = await console.poll()
+        assert result.usage is not None and result.usage.wall_seconds >= 0.5  # measured from the cell's start
+        recording = console.recording
+        assert recording is not None
+    document = nbformat.read(Recordings(recordings).export(recording.run_id, tmp_path, format="ipynb"), 4)
+    [cell] = [cell for cell in document.cells if cell.cell_type == "code"][1:]
+    assert "time.sleep(0.5)" in cell.source and cell.outputs[0].text == "slept\n"
