@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from console_bridge._confinement._limits import Limits
 from console_bridge._connection._handles import ToolHandle
 from console_bridge._console._recordings import Recording, Recordings
+from console_bridge._console._usage import SessionUsage
 from console_bridge._errors import (
     ApprovalDenied,
     BridgeError,
@@ -38,7 +39,7 @@ from console_bridge._errors import (
 from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import ApprovalRequest, Policy
 from console_bridge._identity import Owner, current_owner, run_context
-from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
+from console_bridge._results import CellFailure, CellResult, CellUsage, Image, Output, Table, ToolResult
 
 if TYPE_CHECKING:
     from console_bridge._connection._async import AsyncMcpConnection
@@ -113,6 +114,7 @@ __all__ = [
     "CellFailure",
     "CellResult",
     "CellTimeout",
+    "CellUsage",
     "ConnectionClosed",
     "ConnectionStatus",
     "Console",
@@ -138,6 +140,8 @@ __all__ = [
     "ServerError",
     "SessionInfo",
     "SessionManager",
+    "SessionUsage",
+    "Table",
     "ToolHandle",
     "ToolResult",
     "VerificationFailed",

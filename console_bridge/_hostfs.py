@@ -36,6 +36,7 @@ __all__ = [
     "remove_entry",
     "remove_tree",
     "split_name",
+    "walk_root",
     "walk_tree",
     "write_file",
 ]
@@ -334,6 +335,16 @@ def walk_tree(root: Root, name: str | os.PathLike[str], skipped: list[str] | Non
     parts = split_name(name)
     with open_root(root) as root_fd, _walk_to(root_fd, parts[:-1], create=False) as parent:
         top = _open_child_dir(parent, parts[-1], create=False, shown=os.fspath(name))
+        try:
+            yield from _walk_fd(top, "", [] if skipped is None else skipped)
+        finally:
+            os.close(top)
+
+
+def walk_root(root: Root, skipped: list[str] | None = None) -> Iterator[Entry]:
+    """Like :func:`walk_tree`, for everything under ``root`` itself."""
+    with open_root(root) as root_fd:
+        top = os.open(".", _DIR_FLAGS, dir_fd=root_fd)
         try:
             yield from _walk_fd(top, "", [] if skipped is None else skipped)
         finally:

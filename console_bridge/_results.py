@@ -10,9 +10,11 @@ from typing import Any, Literal
 __all__ = [
     "CellFailure",
     "CellResult",
+    "CellUsage",
     "FailureKind",
     "Image",
     "Output",
+    "Table",
     "ToolResult",
     "block_text",
     "result_from_content",
@@ -41,6 +43,45 @@ _BINARY = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
 @dataclass(frozen=True, slots=True)
+class Table:
+    """The result of a SQL cell as rows: ``columns`` (names in order), ``rows`` (each a tuple, one
+    value per column) and ``truncated`` (the query has more rows than the preview holds).
+
+    The rows are the preview the worker fetched (20 rows in mcp-console 0.0.5 and 0.0.6), all
+    columns, for SQL run on the session's own DuckDB connection (a connection a cell selected
+    with ``_console.sql_connection(...)`` gives text only). Numbers, strings, booleans and NULL
+    (None) keep their type; other values (dates, decimals, lists) come as their ``str()``; a
+    string longer than 10,000 characters is cut.
+    With mcp-console 0.0.6 the rest of a truncated result is one Python cell away:
+    ``_console.sql_last_result()`` (mcp-console's own call). Example::
+
+        result = console.run(sql="select 42 as answer")
+        result.table.columns   # ('answer',)
+        result.table.rows      # [(42,)]
+    """
+
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+    truncated: bool = False
+
+    def __repr__(self) -> str:
+        more = ", truncated" if self.truncated else ""
+        return f"Table(columns={list(self.columns)!r}, {len(self.rows)} rows{more})"
+
+
+def table_from_record(record: object) -> Table | None:
+    """A :class:`Table` from the worker's JSON record (None when it is not one)."""
+    if not isinstance(record, dict):
+        return None
+    columns, rows = record.get("columns"), record.get("rows")
+    if not isinstance(columns, list) or not isinstance(rows, list):
+        return None
+    width = len(columns)
+    kept = [tuple(row[:width]) for row in rows if isinstance(row, list)]
+    return Table(tuple(str(name) for name in columns), kept, bool(record.get("truncated")))
+
+
+@dataclass(frozen=True, slots=True)
 class Output:
     """One rich result of a cell: a ``display()`` (``kind="display"``) or the cell's final value
     (``kind="result"``), as a MIME bundle the way IPython's display formatter builds it.
@@ -56,6 +97,8 @@ class Output:
 
     kind: Literal["display", "result"]
     data: dict[str, str | bytes]
+    #: a SQL cell's result as rows (see :class:`Table`); None for other outputs
+    table: Table | None = field(default=None, compare=False)
 
     @property
     def text(self) -> str:
@@ -87,7 +130,7 @@ class Output:
         return f"Output(kind={self.kind!r}, {sorted(self.data)})"
 
 
-def output_from_record(kind: object, data: object) -> Output | None:
+def output_from_record(kind: object, data: object, table: object = None) -> Output | None:
     """An :class:`Output` from the worker's JSON record (None when it is not one)."""
     if not isinstance(data, dict):
         return None
@@ -106,7 +149,7 @@ def output_from_record(kind: object, data: object) -> Output | None:
         elif isinstance(value, str):
             out[mime] = value
     out.setdefault("text/plain", "")
-    return Output("result" if kind == "result" else "display", out)
+    return Output("result" if kind == "result" else "display", out, table_from_record(table))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +197,23 @@ class CellFailure:
 
 
 @dataclass(frozen=True, slots=True)
+class CellUsage:
+    """What one cell used: ``cpu_seconds`` (CPU time of the session's processes while it ran, the
+    threads and processes it started included), ``wall_seconds`` (from submission to its end) and
+    ``memory_peak`` (bytes: the most memory the session used during the cell above what it used
+    when the cell began). From the session's cgroup where it has one, else from the worker process
+    (``/proc``); a figure this host cannot measure is None. Example::
+
+        result = console.run(python="x = bytearray(500 * 2**20)")
+        result.usage.memory_peak / 2**20   # about 500
+    """
+
+    cpu_seconds: float | None
+    wall_seconds: float
+    memory_peak: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class CellResult(ToolResult):
     """One observation of a console cell.
 
@@ -190,10 +250,18 @@ class CellResult(ToolResult):
     stream: str = "stdout"
     segments: tuple[tuple[str, str], ...] = ()
     outputs: list[Output] = field(default_factory=list)
+    #: what the cell used (set on the result that ends a cell; None on other observations)
+    usage: CellUsage | None = None
 
     def __post_init__(self) -> None:
         if self.error is not None and not self.is_error:
             object.__setattr__(self, "is_error", True)
+
+    @property
+    def table(self) -> Table | None:
+        """A SQL cell's result as rows (:class:`Table`: ``columns``, ``rows``, ``truncated``), else None."""
+        tables = [output.table for output in self.outputs if output.table is not None]
+        return tables[-1] if tables else None
 
     @property
     def combined(self) -> str:

@@ -13,14 +13,17 @@ One verified, sandboxed session per kernel, opened by the first ``%%console`` ce
     select 42 as answer
 
 ``%%console [python|sql|r] [--profile P] [--workspace DIR] [--timeout S] [--poll-window S]
-[--recordings-dir DIR] [--python VENV]`` runs the cell in the kernel's session (``--python``:
-the venv the worker's Python runs in). Output streams into the cell as it arrives, stdout and
-stderr on their own streams; ``display()`` calls, plots and rich objects (DataFrames as HTML
-tables, ``HTML(...)``, Markdown) appear as ``display_data`` where the cell showed them, and the
+[--recordings-dir DIR] [--python VENV] [--languages python,sql,r]`` runs the cell in the kernel's
+session (``--python``: the venv the worker's Python runs in). The session offers R from its first
+cell when R is installed (``--languages`` on the first cell chooses); a cell in a language the
+open session lacks is refused, state kept, unless it names ``--languages`` (which reopens).
+Output streams into the cell as it arrives, stdout and stderr on their own streams;
+``display()`` calls, plots and rich objects (DataFrames as HTML tables, SQL results,
+``HTML(...)``, Markdown) appear as ``display_data`` where the cell showed them, and the
 cell's final value as its ``execute_result``. ``input()`` in a cell asks through the notebook's
 stdin (a frontend without stdin gets a clear error; the session lives on). Options not given
 keep what the open session has; a cell
-that asks for another workspace, profile, poll window, recordings folder or language
+that asks for another workspace, profile, poll window, recordings folder or ``--languages``
 closes the session and opens a new one, and says so (in-memory state is lost).
 ``--timeout`` bounds one cell: past it the cell is interrupted and the session lives on.
 
@@ -32,7 +35,10 @@ and ``nbconvert --execute`` stop there. Interrupting the kernel
 (Ctrl-C, the stop button) interrupts the cell and keeps the session and its state.
 
 Line magics: ``%console_status`` (server, pid, workspace, profile, advertised sandbox,
-recording), ``%console_restart`` (a fresh session, state lost) and ``%console_close``. The
+recording), ``%console_restart`` (a fresh session, state lost), ``%console_close``, and for
+files ``%console_put LOCAL [NAME]`` (a host file into the cell's TMPDIR) and
+``%console_get NAME [LOCAL]`` (a file a cell wrote there back to the host; this works under
+the read-only profile too). The
 session closes at ``%unload_ext``, at kernel shutdown or restart, and when the kernel
 process exits.
 
@@ -50,6 +56,8 @@ import atexit
 import contextlib
 import dataclasses
 import os
+import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -61,16 +69,20 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from console_bridge import (
     BridgeError,
+    Busy,
     CellError,
     CellResult,
     CellTimeout,
+    ConnectionClosed,
     Console,
     ConsoleStatus,
     Output,
     Owner,
     ServerError,
     SessionManager,
+    SessionUsage,
 )
+from console_bridge._hostfs import read_file, write_file
 from console_bridge._hygiene import CellOutput, host_line
 from console_bridge._jupyter._options import (
     OptionsError,
@@ -110,6 +122,18 @@ class _Value:
         return self.output.text
 
 
+def _notebook_text(exc: BridgeError) -> str:
+    """A bridge error in the notebook's terms (magics, the kernel's stop button), not the Python API's."""
+    if isinstance(exc, Busy):
+        return (
+            "Busy: a console cell is still running; interrupt the kernel (the stop button) to stop it, or "
+            "%console_restart for a fresh session (state lost)"
+        )
+    if isinstance(exc, ConnectionClosed):
+        return f"ConnectionClosed: the session ended ({exc.message}); the next %%console cell opens a new one"
+    return f"{type(exc).__name__}: {exc.message}"
+
+
 def _format_value(value: object) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(str(item) for item in value) + "]"
@@ -129,8 +153,18 @@ def _status_text(status: ConsoleStatus) -> str:
             f"  sandbox     {host_line(sandbox_text)}",
             f"  languages   {host_line(', '.join(status.languages))}; poll window {status.poll_window:g} s",
             f"  recording   {host_line(str(status.recording or 'none yet'))}",
+            *([f"  usage       {_usage_text(status.usage)}"] if status.usage is not None else []),
         ]
     )
+
+
+def _usage_text(usage: SessionUsage) -> str:
+    def size(value: int | None) -> str:
+        return "?" if value is None else f"{value / 2**20:.0f} MiB"
+
+    cpu = "?" if usage.cpu_seconds is None else f"{usage.cpu_seconds:.1f} s"
+    procs = "?" if usage.processes is None else str(usage.processes)
+    return f"cpu {cpu}, memory {size(usage.memory)} (peak {size(usage.memory_peak)}), {procs} processes"
 
 
 class ConsoleMagics:
@@ -153,8 +187,14 @@ class ConsoleMagics:
         settle_timeout: float = 10.0,
         retry_interval: float = 0.05,
         acquire_timeout: float = 120.0,
+        max_file_bytes: int = 100_000_000,
     ) -> None:
         self.shell = shell
+        #: the largest file %console_put / %console_get copy
+        self.max_file_bytes = max_file_bytes
+        #: what the first session opens with (unless its cell says --languages): R too when it is installed,
+        #: so a later %%console r cell never has to replace the session and lose its state
+        self.default_languages: tuple[str, ...] = ("python", "sql", "r") if shutil.which("R") else ("python", "sql")
         self.settle_timeout = settle_timeout
         self.retry_interval = retry_interval
         self.acquire_timeout = acquire_timeout
@@ -170,6 +210,8 @@ class ConsoleMagics:
         manager.register_function(self.console_status, "line", "console_status")
         manager.register_function(self.console_restart, "line", "console_restart")
         manager.register_function(self.console_close, "line", "console_close")
+        manager.register_function(self.console_put, "line", "console_put")
+        manager.register_function(self.console_get, "line", "console_get")
         atexit.register(self.close)
 
     def unregister(self) -> None:
@@ -178,7 +220,7 @@ class ConsoleMagics:
         atexit.unregister(self.close)
         magics = self.shell.magics_manager.magics
         magics["cell"].pop("console", None)
-        for name in ("console_status", "console_restart", "console_close"):
+        for name in ("console_status", "console_restart", "console_close", "console_put", "console_get"):
             magics["line"].pop(name, None)
 
     def close(self) -> None:
@@ -193,7 +235,8 @@ class ConsoleMagics:
         """Run the cell in the kernel's MCP Console session.
 
         Usage: ``%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR]
-        [--timeout SECONDS] [--poll-window SECONDS] [--recordings-dir DIR] [--python VENV]``
+        [--timeout SECONDS] [--poll-window SECONDS] [--recordings-dir DIR] [--python VENV]
+        [--languages python,sql,r]``
 
         The first cell opens the session (profile ``read-only`` and the kernel's folder
         unless given). Options not given keep the open session's; a different workspace,
@@ -206,7 +249,11 @@ class ConsoleMagics:
         except OptionsError as exc:
             raise UsageError(str(exc)) from None
         try:
-            console = self._session(plan_session(self.spec, options, cwd=Path.cwd()))
+            spec = plan_session(self.spec, options, cwd=Path.cwd(), default_languages=self.default_languages)
+        except OptionsError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            console = self._session(spec)
             if cell.strip():
                 return self._run(console, options.language, cell, options.timeout)
             return None
@@ -226,7 +273,7 @@ class ConsoleMagics:
             text = f"CellError: the {options.language} cell failed with {what} (its output above shows where)"
             raise _one_line(exc, host_line(text)) from None
         except BridgeError as exc:
-            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
+            raise _one_line(exc, host_line(_notebook_text(exc))) from None
 
     def console_status(self, line: str) -> None:
         """Print the session's state: server version and pid, workspace, profile, sandbox, recording."""
@@ -247,7 +294,7 @@ class ConsoleMagics:
             old.close()
             self.console = self.manager.open(owner=_OWNER)
         except BridgeError as exc:
-            raise _one_line(exc, host_line(f"{type(exc).__name__}: {exc.message}")) from None
+            raise _one_line(exc, host_line(_notebook_text(exc))) from None
         sys.stdout.write(
             f"console-bridge: a fresh session (pid {self.console.pid}) replaced the old one; "
             "its in-memory state is gone\n"
@@ -262,7 +309,66 @@ class ConsoleMagics:
         self.close()
         sys.stdout.write("console-bridge: the session is closed; the next %%console cell opens a new one\n")
 
+    def console_put(self, line: str) -> None:
+        """Copy a host file into the session's private TMPDIR: ``%console_put LOCAL [NAME]``.
+
+        ``NAME`` (default: LOCAL's file name) is relative to the cell's TMPDIR; the path a cell
+        opens is printed (``os.environ["TMPDIR"] + "/" + NAME``). LOCAL is read, and NAME written,
+        without following a symlink; an existing NAME is not replaced.
+        """
+        local, name = self._file_words("%console_put LOCAL [NAME]", line)
+        console = self._open_console("%console_put")
+        path = Path(local).expanduser()
+        try:
+            data = read_file(path.parent, path.name, self.max_file_bytes)
+        except (OSError, BridgeError) as exc:
+            text = exc.message if isinstance(exc, BridgeError) else (exc.strerror or str(exc))
+            raise _one_line(exc, host_line(f"%console_put: cannot read {local!r}: {text}")) from None
+        try:
+            where = console.put_file(name or path.name, data)
+        except BridgeError as exc:
+            raise _one_line(exc, host_line(_notebook_text(exc))) from None
+        sys.stdout.write(f"{_PREFIX}{host_line(f'{local} -> {where} ({len(data)} bytes); cells open {where}')}\n")
+
+    def console_get(self, line: str) -> None:
+        """Copy a file a cell wrote in its TMPDIR to the host: ``%console_get NAME [LOCAL]``.
+
+        ``NAME`` is relative to the cell's TMPDIR; ``LOCAL`` (default: NAME's file name in the
+        kernel's folder; a folder takes NAME's file name) is replaced if it exists. Neither side is
+        followed through a symlink; files over ``max_file_bytes`` are refused.
+        """
+        name, local = self._file_words("%console_get NAME [LOCAL]", line)
+        console = self._open_console("%console_get")
+        try:
+            data = console.get_file(name, max_bytes=self.max_file_bytes)
+        except BridgeError as exc:
+            raise _one_line(exc, host_line(_notebook_text(exc))) from None
+        target = Path(local).expanduser() if local else Path.cwd() / Path(name).name
+        if target.is_dir():
+            target = target / Path(name).name
+        try:
+            write_file(target.parent, target.name, data, replace=True)
+        except (OSError, BridgeError) as exc:
+            text = exc.message if isinstance(exc, BridgeError) else (exc.strerror or str(exc))
+            raise _one_line(exc, host_line(f"%console_get: cannot write {str(target)!r}: {text}")) from None
+        sys.stdout.write(f"{_PREFIX}{host_line(f'{name} -> {target} ({len(data)} bytes)')}\n")
+
     # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _file_words(usage: str, line: str) -> tuple[str, str | None]:
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"{exc}; usage: {usage}") from None
+        if not 1 <= len(words) <= 2:
+            raise UsageError(f"usage: {usage}")
+        return words[0], (words[1] if len(words) == 2 else None)
+
+    def _open_console(self, what: str) -> Console:
+        if self.console is None or self.console.status().state == "closed":
+            raise UsageError(f"{what}: no session is open; run a %%console cell first")
+        return self.console
+
     @staticmethod
     def _no_arguments(name: str, line: str) -> None:
         if line.strip():

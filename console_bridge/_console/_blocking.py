@@ -121,6 +121,11 @@ class Console(NotCopyable):
         self._check()
         return self._portal.call(lambda: self._async.get_file(name, max_bytes=max_bytes))
 
+    def list_files(self, pattern: str = "**") -> list[str]:
+        """The files in the session's TMPDIR matching ``pattern`` (see :meth:`AsyncConsole.list_files`)."""
+        self._check()
+        return self._portal.call(self._async.list_files, pattern)
+
     def tools(self) -> list[ToolHandle]:
         self._check()
         return [self._portal.blocking_handle(h) for h in self._async.tools()]

@@ -492,6 +492,36 @@ class SessionConfinement:
         finally:
             os.close(fd)
 
+    def usage_sources(self) -> tuple[list[Path], int | None]:
+        """(the session's cgroup folders, the supervisor's pid): where its usage can be read (read-only)."""
+        paths = list(self.confinement.cgroups.paths) if self.confinement is not None else []
+        return paths, self.entry.supervisor_pid if self.entry is not None else None
+
+    def tmpdir_bytes(self) -> int | None:
+        """Bytes in use in the session's TMPDIR, where it is a tmpfs of its own (read-only; else None)."""
+        if self.confinement is None or self.confinement.tmpfs_size is None:
+            return None
+        if self._tmp_fd is None:
+            self._tmp_fd = self.open_tmp_root()
+            if self._tmp_fd is None:
+                return None
+        try:
+            info = os.fstatvfs(self._tmp_fd)
+        except OSError:
+            return None
+        return (info.f_blocks - info.f_bfree) * info.f_frsize
+
+    def list_files(self) -> list[tuple[str, int]]:
+        """(name, size) of each regular file in the cell's TMPDIR, names relative to it; read-only,
+        never through a symlink (symlinks and special files are left out)."""
+        from console_bridge._hostfs import walk_root
+
+        fd, _ = self._data_dir()
+        try:
+            return [(entry.name, entry.info.st_size) for entry in walk_root(fd) if not entry.is_dir]
+        finally:
+            os.close(fd)
+
     # ------------------------------------------------------------------- end
     def release(self) -> None:
         """After the supervisor ended: remove what it could not (folder, groups). Blocking."""

@@ -9,6 +9,7 @@ result for the model.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +30,7 @@ from console_bridge._console._outcome import OutcomeLog, limit_failure, worker_e
 from console_bridge._console._recordings import Recording
 from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
 
-__all__ = ["CellObserver", "cell_from", "for_model", "merge", "split_chunk"]
+__all__ = ["CellObserver", "cell_from", "for_model", "merge", "reword_restart", "split_chunk"]
 
 _OMITTED = "[output omitted: "
 
@@ -118,6 +119,7 @@ def merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) ->
         prompt=last.prompt,
         worker_exited=any(chunk.worker_exited for chunk in chunks),
         error=errors[0] if errors else None,
+        usage=next((chunk.usage for chunk in reversed(chunks) if chunk.usage is not None), None),
     )
 
 
@@ -162,6 +164,27 @@ def split_chunk(chunk: CellResult) -> list[CellResult]:
             piece = dataclasses.replace(piece, running=True, error=None, is_error=False, waiting_for_input=False)
         out.append(piece)
     return out
+
+
+_RESTART_LINE = re.compile(r"^\[[^\]\n]*explicit restart required\]$", re.MULTILINE)
+RESTARTED = "[console-bridge: a fresh worker was started; the in-memory state is lost]"
+
+
+def reword_restart(cell: CellResult) -> CellResult:
+    """After the bridge restarted a worker the server said needs an "explicit restart": that notice
+    is no longer true, so it becomes one that is (nothing else changes)."""
+    if _RESTART_LINE.search(cell.combined) is None:
+        return cell
+
+    def fix(text: str) -> str:
+        return _RESTART_LINE.sub(RESTARTED, text)
+
+    segments = tuple((stream, fix(part)) for stream, part in cell.segments)
+    content = [
+        {**block, "text": fix(str(block.get("text", "")))} if block.get("type") == "text" else block
+        for block in cell.content
+    ]
+    return dataclasses.replace(cell, text=fix(cell.text), stderr=fix(cell.stderr), segments=segments, content=content)
 
 
 def for_model(result: CellResult) -> CellResult:

@@ -108,6 +108,48 @@ _console_bridge_sources()
 del _console_bridge_sources
 
 
+def _console_bridge_no_installs(offline):
+    # Cells have no network, so an installer (pip, uv, conda, apt) started from a cell spent 10-12 s
+    # in DNS retries before it failed. Starting one fails at once instead, saying why.
+    if not offline:
+        return
+    import os, re, sys
+
+    events = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn"}
+    installers = re.compile(r"^(pip(\d+(\.\d+)?)?|uv|conda|mamba|micromamba|poetry|pipenv|apt|apt-get)$")
+    verbs = {"install", "add", "sync"}
+    message = ("no network in the sandbox; installs are disabled (console-bridge stopped {0!r}). Use the "
+               "packages of the worker's environment, or have the host install what is missing there")
+
+    def words(value):
+        if isinstance(value, (str, bytes, os.PathLike)):
+            text = os.fsdecode(value)
+            return [word for word in re.split(r"[\s;&|()]+", text) if word]
+        if isinstance(value, (list, tuple)):
+            return [word for item in value for word in words(item)]
+        return []
+
+    def installing(argv):
+        names = [os.path.basename(word) for word in argv]
+        for index, name in enumerate(names):
+            if installers.match(name.removesuffix(".exe")) and verbs & set(names[index + 1 : index + 4]):
+                return True
+        return False
+
+    def on_audit(event, args):
+        if event in events:
+            argv = words(args[1] if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") else
+                         args[2] if event == "os.spawn" else args[0])
+            if installing(argv):
+                raise PermissionError(message.format(" ".join(argv)[:200]))
+
+    sys.addaudithook(on_audit)
+
+
+_console_bridge_no_installs(%(offline)s)
+del _console_bridge_no_installs
+
+
 def _console_bridge_streams():
     # mcp-console merges stderr into stdout. Each write to sys.stderr is framed by two Unicode
     # noncharacters (_cells.STDERR_START/_END: reserved for internal use, they pass through
@@ -198,10 +240,13 @@ def _console_bridge_displays(path):
                 data["text/plain"] = f"<unrepresentable {cls.__name__}: {exc!r}>"
         return data
 
-    def emit(kind, data):
+    def emit(kind, data, table=None):
         ident = f"{token}-{next(counter)}"
         data = {mime: item for mime, item in data.items() if len(str(item)) <= limit or mime == "text/plain"}
-        line = json.dumps({"id": ident, "kind": kind, "data": data}, default=str) + "\n"
+        record = {"id": ident, "kind": kind, "data": data}
+        if table is not None:
+            record["table"] = table
+        line = json.dumps(record, default=str) + "\n"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
             try:
@@ -261,6 +306,56 @@ def _console_bridge_displays(path):
         loaded.display = display
     else:
         sys.meta_path.insert(0, IPythonDisplay())
+    return emit
+
+
+def _console_bridge_tables(emit):
+    # A SQL cell's result as a table: the worker previews a query by fetchmany() on the connection
+    # from its _fallback_show, then print()s a text grid. The rows fetched there are kept, and
+    # that print() (looked up in the worker's SQL module) shows the grid as the cell's result,
+    # with an HTML table and the rows beside it (CellResult.table).
+    import builtins, html, sys
+
+    pending = []
+    width = 10_000
+
+    def cell(value):
+        if value is None or isinstance(value, (bool, int, float)):
+            return value
+        text = value if isinstance(value, str) else str(value)
+        return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+    def shown(value):
+        return "NULL" if value is None else html.escape(str(value))
+
+    def framed_print(*args, **kwargs):
+        if pending and len(args) == 1 and isinstance(args[0], str) and not kwargs:
+            table = pending.pop()
+            head = "".join(f"<th>{html.escape(str(name))}</th>" for name in table["columns"])
+            body = "".join(
+                "<tr>" + "".join(f"<td>{shown(value)}</td>" for value in row) + "</tr>" for row in table["rows"]
+            )
+            more = "<p><i>more rows not shown</i></p>" if table["truncated"] else ""
+            page = f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}'
+            emit("result", {"text/plain": args[0], "text/html": page}, table=table)
+            return None
+        pending.clear()
+        return builtins.print(*args, **kwargs)
+
+    def capture(description, rows):
+        caller = sys._getframe(2)
+        if caller.f_code.co_name != "_fallback_show":
+            return
+        try:
+            names = [str(column[0]) for column in description or ()]
+            preview = caller.f_globals.get("_PREVIEW_ROWS", len(rows))
+            kept = [[cell(value) for value in row] for row in list(rows)[:preview]]
+        except Exception:
+            return
+        pending[:] = [{"columns": names, "rows": kept, "truncated": len(rows) > preview}]
+        caller.f_globals["print"] = framed_print
+
+    return capture
 
 
 def _console_bridge_install(_dir_name, _want_sql):
@@ -372,7 +467,7 @@ def _console_bridge_install(_dir_name, _want_sql):
         return _original(args)
 
     threading.excepthook = on_thread_error
-    _console_bridge_displays(os.path.join(folder, "outputs.jsonl"))  # OUTPUTS_FILE
+    capture_table = _console_bridge_tables(_console_bridge_displays(os.path.join(folder, "outputs.jsonl")))
 
     class NoSQL:
         """Never used: SQL cells are not offered when SQL is off (the worker insists on a connection)."""
@@ -424,6 +519,11 @@ def _console_bridge_install(_dir_name, _want_sql):
             def query(self, *args, **kwargs):
                 return self._call("query", *args, **kwargs)
 
+            def fetchmany(self, *args, **kwargs):
+                rows = self._call("fetchmany", *args, **kwargs)
+                capture_table(self._connection.description, rows)
+                return rows
+
             def cursor(self, *args, **kwargs):
                 return Connection(self._connection.cursor(*args, **kwargs))
 
@@ -449,10 +549,15 @@ del _cb_time, _cb_os, _cb_json, _cb_file
 '''
 
 
-def python_startup_code(nonce: str, *, sql: bool) -> str:
+def python_startup_code(nonce: str, *, sql: bool, offline: bool = True) -> str:
     """The Python the worker runs before the first cell: outcome hooks and, with ``sql``, a
-    DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice)."""
-    return _PYTHON_STARTUP % {"dir": repr(outcome_dir_name(nonce)), "sql": "True" if sql else "False"}
+    DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice). With
+    ``offline`` (the sandbox has no network) a cell that starts an installer fails at once."""
+    return _PYTHON_STARTUP % {
+        "dir": repr(outcome_dir_name(nonce)),
+        "sql": "True" if sql else "False",
+        "offline": "True" if offline else "False",
+    }
 
 
 _R_PROFILE = r"""
@@ -671,7 +776,7 @@ class OutcomeLog:
             except ValueError:
                 continue
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                output = output_from_record(entry.get("kind"), entry.get("data"))
+                output = output_from_record(entry.get("kind"), entry.get("data"), entry.get("table"))
                 if output is not None:
                     found[entry["id"]] = output
         return offset + end + 1, found

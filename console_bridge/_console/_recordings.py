@@ -208,7 +208,42 @@ def _remove(root: Path, run_id: str) -> None:
     """Delete ``root/sessions/run_id`` and its sidecar without following any symlink (a cell may have planted some)."""
     with contextlib.suppress(OSError):
         sidecar_path(root / "sessions" / run_id).unlink()
+    with contextlib.suppress(OSError):
+        (root / "sessions" / f"{run_id}.console-bridge-cells.jsonl").unlink()  # the cell log (see _notebook)
     remove_tree(root, f"sessions/{run_id}")
+
+
+def _write_notebook(recording: Recording, target: Path, text: str) -> Path:
+    from console_bridge._console._notebook import cells_from_events, notebook, read_cells
+    from console_bridge._hostfs import read_file, write_file
+
+    cells = read_cells(recording.path)
+    note = ""
+    if cells is None:  # made without console-bridge, or before it kept the log: the server's events
+        def image(path: str) -> bytes | None:
+            try:  # inside the recording, never through a symlink
+                return read_file(recording.path, path, 50 * 1024 * 1024)
+            except (OSError, BridgeError):
+                return None
+
+        cells = cells_from_events(recording.events(), image)
+        note = (
+            "Rebuilt from the server's recording (no console-bridge cell log): outputs are text and images; "
+            "rich results and failures are not marked."
+        )
+        if not cells and not any((recording.path / name).is_file() for name in _EVENTS):
+            raise NotAllowed(
+                f"recording {recording.run_id} has neither a cell log nor the server's events, so it cannot become "
+                "a notebook; export it as an archive instead (format='archive')"
+            )
+    if target.is_dir() or text.endswith(os.sep) or target.suffix != ".ipynb":
+        target.mkdir(parents=True, exist_ok=True)
+        target = target / f"{recording.run_id}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    document = notebook(cells, title=recording.run_id, info=recording.info, note=note)
+    data = (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+    write_file(target.parent, target.name, data, replace=True)
+    return target
 
 
 def _tar_tree(root: Path, run_id: str, target: Path) -> None:
@@ -337,15 +372,24 @@ class Recordings:
                 removed.append(rec)
         return removed
 
-    def export(self, run_id: str, dest: str | os.PathLike[str]) -> Path:
-        """Write one recording as a single ``.tar.gz`` archive; returns its path.
+    def export(self, run_id: str, dest: str | os.PathLike[str], *, format: str = "archive") -> Path:
+        """Write one recording as a single ``.tar.gz`` archive (``format="archive"``) or as a Jupyter
+        notebook (``format="ipynb"``); returns its path.
 
-        ``dest`` is the archive's path when it ends in ``.tar.gz``/``.tgz``, else a folder
-        (created when missing) that receives ``<run_id>.tar.gz``.
+        ``dest`` is the file's path when it ends in ``.tar.gz``/``.tgz`` (``.ipynb``), else a folder
+        (created when missing) that receives ``<run_id>.tar.gz`` (``<run_id>.ipynb``). The notebook
+        holds the session's cells in order, each a ``%%console`` cell of its language with its
+        outputs (streams, rich results, images, the failure as an error output); nbformat validates
+        it. It needs the cell log a console-bridge session keeps next to its recording: a recording
+        without one raises :class:`NotAllowed`. Nothing is written through a symlink.
         """
+        if format not in ("archive", "ipynb"):
+            raise NotAllowed(f"format must be 'archive' or 'ipynb', not {format!r}")
         recording = self.get(run_id)
         text = os.fspath(dest)
         target = Path(text).expanduser()
+        if format == "ipynb":
+            return _write_notebook(recording, target, text)
         archive_name = target.name.endswith((".tar.gz", ".tgz"))
         if target.is_dir() or text.endswith(os.sep) or not archive_name:
             target.mkdir(parents=True, exist_ok=True)

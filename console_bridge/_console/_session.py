@@ -21,6 +21,7 @@ from console_bridge._connection._async import AsyncMcpConnection, ConnectionStat
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._cells import BEING_POLLED, BUSY
 from console_bridge._console._confined import SessionConfinement
+from console_bridge._console._files import check_glob, glob_match
 from console_bridge._console._launch import (
     check_project_config,
     check_project_overrides,
@@ -29,9 +30,11 @@ from console_bridge._console._launch import (
     validate_root,
     worker_python,
 )
-from console_bridge._console._observe import CellObserver, for_model, merge, split_chunk
+from console_bridge._console._notebook import CellLog
+from console_bridge._console._observe import CellObserver, for_model, merge, reword_restart, split_chunk
 from console_bridge._console._outcome import (
     OutcomeLog,
+    outcome_dir_name,
     python_startup_code,
     r_profile_text,
     yaml_string,
@@ -39,6 +42,7 @@ from console_bridge._console._outcome import (
 from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
+from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
 from console_bridge._console._worker_env import inspect_venv
 from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
@@ -99,6 +103,8 @@ class ConsoleStatus:
     deny_read: tuple[str, ...] = ()
     view: list[dict[str, Any]] = field(default_factory=list)
     host: str | None = None
+    #: what the session used so far (see :class:`SessionUsage`); None before it started
+    usage: SessionUsage | None = None
 
 
 class AsyncConsole(NotCopyable):
@@ -227,6 +233,15 @@ class AsyncConsole(NotCopyable):
         self._observer = CellObserver(lambda: self.recording, self._note_recording, events_wait=float(events_wait))
         self._notices = self._observer.notices
         self._observer.limit_check = self._limit_check
+        self._meter: CellMeter | None = None
+        self._tree: TreeMeter | None = None
+        self._usage_cache: dict[str, tuple[float, Any]] = {}
+        #: seconds status().usage keeps a walked figure (the recording's size, the process tree's use)
+        self.usage_refresh = 2.0
+        #: the user's cells, logged next to the recording as they end (the notebook export reads it)
+        self._cells = CellLog()
+        self._cell: tuple[str, str, list[CellResult]] | None = None
+        self._log_cells = False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -263,7 +278,7 @@ class AsyncConsole(NotCopyable):
             # One startup entry does both: the outcome hooks (see _outcome) and, for SQL, a
             # DuckDB connection that Python owns (with R installed SQL would go to R's DuckDB).
             sql = "sql" in self.server_languages
-            code = python_startup_code(self._nonce, sql=sql)
+            code = python_startup_code(self._nonce, sql=sql, offline=expected.network == "restricted")
             argv += ["-c", "startup.language=python", "-c", f"startup.code={yaml_string(code)}"]
         if self.dependencies == "deny":
             argv += ["-c", "tool.parameters.requirements.enabled=false"]
@@ -396,12 +411,16 @@ class AsyncConsole(NotCopyable):
             except ConnectionClosed as exc:
                 raise self._confinement_refusal(exc) from None
             self._confined.attach(self._conn.supervisor_pid or 0, base, server_pid=self._conn.pid)
+            groups, supervisor = self._confined.usage_sources()
+            self._meter = CellMeter(group_meter(groups), WorkerMeter(supervisor))
+            self._tree = TreeMeter(supervisor)
             # The hooks write under the TMPDIR as the session's processes see it (a tmpfs of its own).
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
             await self._verify(self._conn, binary)
             self._abort_if_closed()
             await self._probe(base)
             self._abort_if_closed()
+            self._log_cells = True
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._teardown(cancel=True)
@@ -532,6 +551,9 @@ class AsyncConsole(NotCopyable):
                 await conn.cancel()
             else:
                 await conn.close()
+        if self._meter is not None:
+            self._meter.close()
+        self._cells.close()
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 
@@ -591,6 +613,7 @@ class AsyncConsole(NotCopyable):
             deny_read=tuple(self._confined.deny),
             view=self._confined.view.describe() if self._confined.view is not None else [],
             host=self._confined.confinement.host.name if self._confined.confinement is not None else None,
+            usage=self.usage(),
         )
 
     # ------------------------------------------------------------ hand-over
@@ -652,8 +675,14 @@ class AsyncConsole(NotCopyable):
         language = next((lang for lang in LANGUAGES if lang in args), None)
         mark = self._observer.mark(language)
         started = time.monotonic()
+        meter = self._meter
+        running_cell, running_meter = self._cell, meter.state() if meter is not None else None
         if language is not None:
             self._confined.mark()
+            if meter is not None:
+                meter.start()
+            if self._log_cells:
+                self._cell = (language, str(args[language]), [])
         try:
             result = await conn.call_tool("send", args)
         except ConnectionClosed as exc:
@@ -665,6 +694,10 @@ class AsyncConsole(NotCopyable):
                 raise
             text = exc.result.text
             if text.lstrip().startswith((BUSY, BEING_POLLED)):
+                # Nothing was submitted: the running cell keeps its log record and its meter.
+                self._cell = running_cell
+                if meter is not None and running_meter is not None:
+                    meter.restore(running_meter)
                 raise Busy(
                     "a cell is still running in this console; poll() for its output, interrupt() it, or wait "
                     "(nothing was queued)",
@@ -676,10 +709,65 @@ class AsyncConsole(NotCopyable):
             if cell.worker_exited or restart or errors_as_results:
                 if restart:
                     await self._restart_worker()
-                return cell
+                    cell = reword_restart(cell)
+                return self._measured(cell)
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
         self._observer.submitted(language, mark)
-        return await self._observer.observe(result, started)
+        return self._measured(await self._observer.observe(result, started))
+
+    def _measured(self, cell: CellResult) -> CellResult:
+        """The observation that ends a cell carries what the cell used; the cell goes to the log."""
+        if cell.running or cell.waiting_for_input:
+            if self._cell is not None and len(self._cell[2]) < 10_000:
+                self._cell[2].append(cell)
+            return cell
+        meter = self._meter
+        if meter is not None and meter.active:
+            cell = dataclasses.replace(cell, usage=meter.stop())
+        if self._cell is not None:
+            language, code, chunks = self._cell
+            self._cell = None
+            recording = self.recording
+            whole = merge([*chunks, cell], sum(chunk.elapsed for chunk in [*chunks, cell]))
+            self._cells.write(recording.path if recording is not None else None, language, code, whole)
+        return cell
+
+    def usage(self) -> SessionUsage | None:
+        """What the session used so far: from its cgroups where it has them, else its processes."""
+        if self._meter is None or self._tree is None or self._state == "closed":
+            return None
+        group = self._meter.group
+        cpu = group.cpu_seconds() if group is not None else None
+        memory = group.memory_now() if group is not None else None
+        peak = group.session_peak() if group is not None else None
+        processes = group.processes() if group is not None else None
+        if cpu is None or memory is None or processes is None:
+            tree_cpu, tree_memory, tree_peak, tree_processes = self._cached("tree", self._tree.read)
+            cpu = cpu if cpu is not None else tree_cpu
+            if memory is None:
+                memory, peak = tree_memory, tree_peak
+            processes = processes if processes is not None else tree_processes
+        recording = self.recording
+        return SessionUsage(
+            cpu_seconds=cpu,
+            memory=memory,
+            memory_peak=peak,
+            processes=processes,
+            tmpdir_bytes=self._confined.tmpdir_bytes(),
+            writes_bytes=None,
+            recording_bytes=self._cached("recording", lambda: recording.size_bytes) if recording is not None else None,
+        )
+
+    def _cached(self, key: str, read: Callable[[], Any]) -> Any:
+        """What ``read`` returned, re-read at most every ``usage_refresh`` seconds (a walk of the
+        recording or the process tree; status() is called often, the counter files are read each time)."""
+        now = time.monotonic()
+        hit = self._usage_cache.get(key)
+        if hit is not None and now - hit[0] < self.usage_refresh:
+            return hit[1]
+        value = read()
+        self._usage_cache[key] = (now, value)
+        return value
 
     def _note_recording(self, recording: Recording) -> None:
         """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
@@ -959,6 +1047,20 @@ class AsyncConsole(NotCopyable):
         except OSError as exc:
             raise NotAllowed(f"get_file({name!r}) failed: {exc.strerror or exc}; check the name") from None
 
+    async def list_files(self, pattern: str = "**") -> list[str]:
+        """The names (relative, sorted) of the regular files in the session's private TMPDIR that
+        match the glob ``pattern`` (``*.csv``, ``out/**/*.png``; ``**`` any folders; hidden names
+        only when the pattern names them). Symlinks are neither followed nor listed; the bridge's
+        own folder is never listed. Raises :class:`NotAllowed` for a bad pattern."""
+        self._require("list_files")
+        check_glob(pattern)
+        try:
+            found = await anyio.to_thread.run_sync(self._confined.list_files)
+        except OSError as exc:
+            raise NotAllowed(f"list_files({pattern!r}) failed: {exc.strerror or exc}") from None
+        private = outcome_dir_name(self._nonce) + "/"
+        return sorted(name for name, _ in found if not name.startswith(private) and glob_match(pattern, name))
+
     # ------------------------------------------------------- the model's tool
     def tools(self) -> list[ToolHandle]:
         """The model-facing ``send`` tool, governed: no restart, clamped windows, no installs under
@@ -996,11 +1098,11 @@ class AsyncConsole(NotCopyable):
     async def _model_send(self, arguments: dict[str, Any]) -> CellResult:
         if arguments.get("control") == "restart":
             self._audit_refusal(arguments, "restart is host-only")
-            raise NotAllowed("control='restart' is reserved for the host; use control='interrupt' to stop a cell")
+            raise NotAllowed('control: "restart" is reserved for the host; send control: "interrupt" to stop a cell')
         if "requirements" in arguments and self.dependencies == "deny":
             self._audit_refusal(arguments, "requirements under dependencies='deny'")
             raise DependenciesRefused(
-                "package installs are disabled for this console (dependencies='deny'); use what is installed",
+                "package installs (`requirements`) are disabled for this console; use the packages already installed",
                 server=SERVER,
             )
         props = set((self._send_schema.get("properties") or {}).keys())
@@ -1037,9 +1139,17 @@ class AsyncConsole(NotCopyable):
             if not approved:
                 why = f"the approval gate raised {error}" if error else "the approval gate said no"
                 raise ApprovalDenied(f"send was not approved: {why}; nothing was run", server=SERVER)
-        if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
-            return for_model(await self._interrupt_cell(args["timeout_ms"]))
-        return for_model(await self._call(args))
+        try:
+            if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
+                return for_model(await self._interrupt_cell(args["timeout_ms"]))
+            return for_model(await self._call(args))
+        except Busy:
+            # The model drives the cell through send alone: say it in send's terms, not the Python API's.
+            raise Busy(
+                "a cell is still running; call send({}) to keep watching it, or send with "
+                'control: "interrupt" to stop it (nothing was queued)',
+                server=SERVER,
+            ) from None
 
     def _audit_refusal(self, arguments: Mapping[str, Any], reason: str) -> None:
         log = self.policy.audit_log

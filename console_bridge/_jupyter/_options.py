@@ -13,6 +13,7 @@ from typing import NoReturn
 __all__ = [
     "DEFAULT_POLL_WINDOW",
     "CellOptions",
+    "LanguageMissing",
     "OptionsError",
     "SessionSpec",
     "describe_change",
@@ -25,12 +26,16 @@ DEFAULT_POLL_WINDOW = 1.0
 LANGUAGES = ("python", "sql", "r")
 USAGE = (
     "%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR] [--timeout SECONDS] "
-    "[--poll-window SECONDS] [--recordings-dir DIR] [--python VENV]"
+    "[--poll-window SECONDS] [--recordings-dir DIR] [--python VENV] [--languages python,sql,r]"
 )
 
 
 class OptionsError(ValueError):
     """A ``%%console`` line that cannot be parsed; the message says what to change."""
+
+
+class LanguageMissing(OptionsError):
+    """A cell in a language the open session lacks: reopening would lose its state, so it is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class CellOptions:
     poll_window: float | None = None
     recordings_dir: str | None = None
     python: str | None = None
+    languages: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +91,16 @@ def _parser() -> _Parser:
     parser.add_argument("--poll-window", type=_seconds)
     parser.add_argument("--recordings-dir")
     parser.add_argument("--python")
+    parser.add_argument("--languages", type=_languages)
     return parser
+
+
+def _languages(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
+    wrong = [name for name in names if name not in LANGUAGES]
+    if not names or wrong:
+        raise argparse.ArgumentTypeError(f"{text!r} must list languages from {', '.join(LANGUAGES)}, e.g. python,sql,r")
+    return names
 
 
 def parse_cell_line(line: str) -> CellOptions:
@@ -103,6 +118,7 @@ def parse_cell_line(line: str) -> CellOptions:
         poll_window=ns.poll_window,
         recordings_dir=ns.recordings_dir,
         python=ns.python,
+        languages=ns.languages,
     )
 
 
@@ -111,20 +127,52 @@ def _path(text: str, cwd: Path) -> Path:
     return Path(os.path.normpath(path if path.is_absolute() else cwd / path))
 
 
-def plan_session(current: SessionSpec | None, options: CellOptions, *, cwd: Path) -> SessionSpec:
+def plan_session(
+    current: SessionSpec | None,
+    options: CellOptions,
+    *,
+    cwd: Path,
+    default_languages: tuple[str, ...] = ("python", "sql"),
+) -> SessionSpec:
     """The session a cell needs: the current one with what the cell asks for changed.
 
-    Relative paths resolve against ``cwd`` (the kernel's working folder). A language the
-    session was not opened with is added to it.
+    Relative paths resolve against ``cwd`` (the kernel's working folder). The first session
+    opens with ``--languages`` if given, else ``default_languages`` (the magic passes R too when
+    R is installed), plus the cell's language. A later cell in a language the open session lacks
+    raises :class:`LanguageMissing` (reopening would lose its state) unless it names
+    ``--languages``: an explicit request to reopen.
     """
-    spec = current if current is not None else SessionSpec(workspace=_path(".", cwd))
+    if options.languages is not None and options.language not in options.languages:
+        raise OptionsError(
+            f"--languages {','.join(options.languages)} does not include this cell's language ({options.language}); "
+            "add it"
+        )
+    spec = (
+        current
+        if current is not None
+        else SessionSpec(workspace=_path(".", cwd), languages=options.languages or default_languages)
+    )
+    if options.languages is not None:
+        languages = options.languages
+    elif options.language in spec.languages:
+        languages = spec.languages
+    elif current is None:
+        languages = (*spec.languages, options.language)
+    else:
+        wanted = ",".join((*spec.languages, options.language))
+        raise LanguageMissing(
+            f"the open session has no {options.language} (languages: {', '.join(spec.languages)}), and opening "
+            f"another would lose its state. Start this cell with `%%console {options.language} --languages "
+            f"{wanted}` to reopen the session with it (state lost), or put `--languages {wanted}` on the "
+            "first %%console cell"
+        )
     workspace, recordings = options.workspace, options.recordings_dir
     return SessionSpec(
         workspace=_path(workspace, cwd) if workspace is not None else spec.workspace,
         profile=options.profile if options.profile is not None else spec.profile,
         poll_window=options.poll_window if options.poll_window is not None else spec.poll_window,
         recordings_dir=_path(recordings, cwd) if recordings is not None else spec.recordings_dir,
-        languages=spec.languages if options.language in spec.languages else (*spec.languages, options.language),
+        languages=languages,
         python=_path(options.python, cwd) if options.python is not None else spec.python,
     )
 

@@ -107,6 +107,7 @@ def write_artifacts(
     images: Sequence[tuple[str, Image]],
     recording: Path | None,
     report: dict[str, Any],
+    files: Sequence[tuple[str, bytes]] = (),
 ) -> None:
     """Write output.txt, the images, a copy of the recording and report.json into ``dest``.
 
@@ -126,11 +127,13 @@ def write_artifacts(
     fd = open_dir(dest)
     try:
         for name in os.listdir(fd):
-            if name in _OWN_FILES or _IMAGE_NAME.match(name) or name == "recording":
+            if name in _OWN_FILES or _IMAGE_NAME.match(name) or name in ("recording", "files"):
                 remove_entry(fd, name)
         write_file(fd, "output.txt", output.encode("utf-8"))
         for name, image in images:
             write_file(fd, name, image.data)
+        for name, data in files:  # collected from the TMPDIR (--collect); names checked by _hostfs
+            write_file(fd, f"files/{name}", data)
         skipped: list[str] = []
         if recording is not None:
             skipped = copy_tree(recording.parent, recording.name, fd, "recording").skipped
@@ -140,6 +143,7 @@ def write_artifacts(
             "images": [name for name, _image in images],
             "recording": "recording" if recording is not None else None,
             "recording_skipped": skipped,  # symlinks and special files, never copied
+            "files": [f"files/{name}" for name, _data in files],
         }
         write_file(fd, "report.json", (json.dumps(report, indent=2) + "\n").encode("utf-8"))
     finally:

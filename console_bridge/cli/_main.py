@@ -13,7 +13,7 @@ from console_bridge.cli._profiles import profiles_group
 from console_bridge.cli._recordings import recordings_group
 from console_bridge.cli._run import run_command
 from console_bridge.cli._serve import serve_command
-from console_bridge.cli._sessions import kill_command, ps_command
+from console_bridge.cli._sessions import kill_command, ps_command, top_command
 
 __all__ = ["cli", "main"]
 
@@ -69,6 +69,7 @@ cli.add_command(profiles_group)
 cli.add_command(recordings_group)
 cli.add_command(ps_command)
 cli.add_command(kill_command)
+cli.add_command(top_command)
 cli.add_command(serve_command)
 
 

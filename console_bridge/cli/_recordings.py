@@ -290,24 +290,35 @@ def delete_recordings(ctx: click.Context, run_ids: tuple[str, ...], root: Path |
 
 @recordings_group.command(
     "export",
-    help="""Write one recording as a .tar.gz archive to DEST (a file, or a folder for RUN_ID.tar.gz).
+    help="""Write one recording as a .tar.gz archive to DEST (a file, or a folder for RUN_ID.tar.gz), or
+with --format ipynb as a Jupyter notebook (DEST a .ipynb file, or a folder for RUN_ID.ipynb): the
+session's cells in order with their language, outputs, images and failures.
 
 \b
 Examples:
   console-bridge recordings export RUN_ID ./exports/
   console-bridge recordings export RUN_ID ./session.tar.gz
+  console-bridge recordings export --format ipynb RUN_ID ./session.ipynb
 """,
 )
 @click.argument("run_id")
 @click.argument("dest", type=click.Path())
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["archive", "ipynb"]),
+    default="archive",
+    show_default=True,
+    help="archive: the recording as .tar.gz; ipynb: a notebook of its cells.",
+)
 @root_option
 @click.pass_context
-def export_recording(ctx: click.Context, run_id: str, dest: str, root: Path | None) -> None:
+def export_recording(ctx: click.Context, run_id: str, dest: str, fmt: str, root: Path | None) -> None:
     recs = _recordings(ctx, root)
     try:
         if dest.endswith(("/", os.sep)):  # a folder that may not exist yet
             Path(dest).mkdir(parents=True, exist_ok=True)
-        target = recs.export(run_id, dest)
+        target = recs.export(run_id, dest, format=fmt)
     except (BridgeError, OSError) as exc:
         fail(_message(exc))
     click.echo(str(target))

@@ -19,6 +19,7 @@ import anyio
 import click
 
 from console_bridge._confinement._limits import Limits
+from console_bridge._console._files import check_glob
 from console_bridge._console._recordings import Recordings
 from console_bridge._console._sandbox import SandboxPolicy
 from console_bridge._console._session import AsyncConsole
@@ -229,6 +230,9 @@ class Options:
     startup_timeout: float = 60.0
     limits: Limits | None = None
     read_roots: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    collect: tuple[str, ...] = ()
+    collect_max_bytes: int = 512 * 1024 * 1024  # all collected files together, held in memory until written
 
 
 @dataclass
@@ -250,6 +254,8 @@ class RunState:
     recording: dict[str, Any] | None = None
     console: AsyncConsole | None = None
     retention: str | None = None
+    collected: list[tuple[str, bytes]] = field(default_factory=list)
+    collect_skipped: list[str] = field(default_factory=list)
 
     def fail(self, code: ExitCode, message: str) -> None:
         if self.exit_code == ExitCode.OK:
@@ -340,6 +346,7 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
             project_config=opts.project_config,
             limits=opts.limits,
             read_roots=opts.read_roots,
+            env=opts.env,
         )
         state.console = console
         try:
@@ -358,6 +365,8 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
                 term.set_label(label)
                 if not await _run_file(console, run, opts, state, term):
                     break
+            if opts.collect:
+                await _collect(console, opts, state, term)
         finally:
             term.set_label("stopping mcp-console")
             await console.close()
@@ -374,6 +383,30 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
     finally:
         term.set_label(None)
         term.clear()
+
+
+async def _collect(console: AsyncConsole, opts: Options, state: RunState, term: Terminal) -> None:
+    """Before close: read the files of the cell's TMPDIR that ``--collect`` names (never through a
+    symlink); they are written into --artifacts/files after the session stopped."""
+    term.set_label("collecting files")
+    try:
+        names = sorted({name for pattern in opts.collect for name in await console.list_files(pattern)})
+    except BridgeError as exc:
+        term.error(f"--collect: {error_text(exc)}")
+        return
+    total = 0
+    for name in names:
+        left = opts.collect_max_bytes - total
+        try:
+            data = await console.get_file(name, max_bytes=max(left, 0))
+        except BridgeError as exc:
+            state.collect_skipped.append(name)
+            term.error(f"--collect: {name} not collected: {error_text(exc)}")
+            continue
+        total += len(data)
+        state.collected.append((name, data))
+    if not names:
+        term.info(f"--collect {' '.join(opts.collect)}: no file in the TMPDIR matched")
 
 
 async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal) -> bool:
@@ -487,6 +520,7 @@ def write_artifacts(dest: Path, expected_real: str, state: RunState, term: Termi
         expected_real,
         output="".join(term.captured),
         images=state.images,
+        files=state.collected,
         recording=recording,
         report=state.report(opts, with_output=False),
     )
@@ -511,6 +545,13 @@ def check_usage(opts: Options) -> None:
     for root in opts.writable_roots:
         if not Path(root).expanduser().is_dir():
             fail(f"--writable-root {root!r} is not an existing folder; create it first", ExitCode.USAGE)
+    if opts.collect and opts.artifacts is None:
+        fail("--collect needs --artifacts DIR (the collected files are written to DIR/files)", ExitCode.USAGE)
+    for pattern in opts.collect:
+        try:
+            check_glob(pattern)
+        except BridgeError as exc:
+            fail(f"--collect: {error_text(exc)}", ExitCode.USAGE)
 
 
 def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
@@ -639,6 +680,16 @@ Examples:
   echo 'print(6 * 7)' | console-bridge run -
   console-bridge run --json query.sql > result.json
 """
+
+
+def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE with a name like MY_VAR", param_hint="--env")
+        env[key] = value
+    return env
 
 
 class _Retention(click.ParamType[int | None]):
@@ -779,6 +830,24 @@ RETENTION = _Retention()
     metavar="PATH",
     help="The mcp-console binary (default: $CONSOLE_BRIDGE_MCP_CONSOLE, else beside this Python, else PATH).",
 )
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=lambda ctx, param, value: _env_pairs(value),
+    help="An environment variable for the code (repeatable); the host's environment is never passed on.",
+)
+@click.option(
+    "--collect",
+    "collect",
+    multiple=True,
+    metavar="GLOB",
+    help=(
+        "Before the session closes, copy the files of the code's TMPDIR matching GLOB ('*.csv', 'out/**/*.png'; "
+        "repeatable) into --artifacts DIR/files (never through a symlink)."
+    ),
+)
 @limit_options
 @click.pass_context
 def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | None, **options: Any) -> None:
@@ -805,5 +874,7 @@ def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | N
         startup_timeout=options["startup_timeout"],
         limits=limits,
         read_roots=tuple(options["read_roots"]),
+        env=options["env"],
+        collect=tuple(options["collect"]),
     )
     ctx.exit(execute(opts, files, language.lower() if language else None))

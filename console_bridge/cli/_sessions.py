@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import signal
+import sys
 import time
 from typing import Any
 
 import click
 
 from console_bridge._confinement._registry import SessionEntry, Verdict, sweep_report, verdicts
+from console_bridge._console._usage import registry_usage
 from console_bridge.cli._common import PREFIX, ExitCode, fail, table
 from console_bridge.cli._output import host_line
 
-__all__ = ["kill_command", "ps_command"]
+__all__ = ["kill_command", "ps_command", "top_command"]
 
 
 def _live() -> tuple[list[SessionEntry], list[Verdict]]:
@@ -36,6 +39,11 @@ def _live() -> tuple[list[SessionEntry], list[Verdict]]:
     return live, list(refused.values())
 
 
+def _usage(entry: SessionEntry) -> dict[str, Any]:
+    usage = registry_usage(entry.cgroups, entry.supervisor_pid, entry.recording)
+    return dataclasses.asdict(usage)
+
+
 def _as_dict(entry: SessionEntry) -> dict[str, Any]:
     return {
         "id": entry.id,
@@ -51,7 +59,21 @@ def _as_dict(entry: SessionEntry) -> dict[str, Any]:
         "recording": entry.recording,
         "recordings_root": entry.recording_base,
         "limits": dict(entry.limits),
+        "usage": _usage(entry),
     }
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value}B"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
 
 
 def _age(seconds: float) -> str:
@@ -82,15 +104,73 @@ def ps_command(as_json: bool) -> None:
         return
     rows = [
         [host_line(str(s[key])) for key in ("id", "owner", "profile")] + [_age(s["age_s"]), str(s["host_pid"])]
+        + _usage_cells(s["usage"])
         + [_limits(s["limits"]), host_line(s["workspace"])]
         for s in sessions
     ]
-    click.echo(table(["ID", "OWNER", "PROFILE", "AGE", "HOST PID", "LIMITS", "WORKSPACE"], rows))
+    click.echo(table(["ID", "OWNER", "PROFILE", "AGE", "HOST PID", *_USAGE_HEADERS, "LIMITS", "WORKSPACE"], rows))
+
+
+_USAGE_HEADERS = ("CPU", "MEM", "PEAK", "PROCS")
 
 
 def _limits(limits: dict[str, Any]) -> str:
     """``memory:cgroup2 processes:userns-rlimit ...``: what holds each limit (none: not enforced)."""
     return " ".join(f"{name}:{host_line(str(how or 'none'))}" for name, how in limits.items()) or "-"
+
+
+def _usage_cells(usage: dict[str, Any]) -> list[str]:
+    procs = usage.get("processes")
+    return [
+        _seconds(usage.get("cpu_seconds")),
+        _bytes(usage.get("memory")),
+        _bytes(usage.get("memory_peak")),
+        "-" if procs is None else str(procs),
+    ]
+
+
+@click.command("top")
+@click.option(
+    "--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, help="Seconds between refreshes."
+)
+@click.option("--count", type=click.IntRange(min=1), help="Stop after this many refreshes (default: until Ctrl-C).")
+def top_command(interval: float, count: int | None) -> None:
+    """Show every live console session's CPU and memory, refreshing (like `docker stats`).
+
+    CPU% is the share of one CPU used since the last refresh; MEM and PEAK are the session's memory
+    now and at most (its cgroup's count where it has one, else its processes' resident size).
+
+    \b
+    Examples:
+      console-bridge top
+      console-bridge top --interval 5 --count 3
+    """
+    before: dict[str, tuple[float, float]] = {}
+    shown = 0
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            now = time.monotonic()
+            rows = []
+            for entry in _live()[0]:
+                usage = _usage(entry)
+                cpu = usage.get("cpu_seconds")
+                share = "-"
+                if cpu is not None and entry.id in before:
+                    then, used = before[entry.id]
+                    share = f"{100 * max(0.0, cpu - used) / max(now - then, 1e-6):.0f}%"
+                if cpu is not None:
+                    before[entry.id] = (now, cpu)
+                rows.append([host_line(entry.id), host_line(entry.owner), share, *_usage_cells(usage)[1:]])
+            headers = ["ID", "OWNER", "CPU%", "MEM", "PEAK", "PROCS"]
+            text = table(headers, rows) if rows else "no live console-bridge sessions"
+            click.echo(("\x1b[H\x1b[2J" if tty else "") + text + ("" if tty else "\n"))
+            shown += 1
+            if count is not None and shown >= count:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
 
 
 @click.command("kill")

@@ -43,10 +43,12 @@ class BlockingRayConsole(NotCopyable):
         sql: str | None = None,
         timeout: float | None = None,
         on_output: Callable[[CellResult], Any] | None = None,
+        check: bool = False,
     ) -> CellResult:
-        """Run a cell to completion; ``on_output`` is called in the portal's thread as chunks arrive."""
+        """Run a cell to completion; ``on_output`` is called in the portal's thread as chunks arrive.
+        ``check=True`` raises :class:`CellError` when the cell failed."""
         return self._portal.call(
-            lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output)
+            lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check)
         )
 
     def interrupt(self) -> CellResult:

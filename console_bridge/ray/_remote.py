@@ -165,9 +165,23 @@ class RayConsole(NotCopyable):
         sql: str | None = None,
         timeout: float | None = None,
         on_output: Callable[[CellResult], Any] | None = None,
+        check: bool = False,
     ) -> CellResult:
         """Run a cell to completion (see :meth:`AsyncConsole.run`); ``on_output`` runs here, on the
-        driver, for each chunk as the node streams it back."""
+        driver, for each chunk as the node streams it back. ``check=True`` raises :class:`CellError`
+        (here, on the driver) when the cell failed."""
+        result = await self._run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output)
+        return result.raise_for_error() if check else result
+
+    async def _run(
+        self,
+        *,
+        python: str | None,
+        r: str | None,
+        sql: str | None,
+        timeout: float | None,
+        on_output: Callable[[CellResult], Any] | None,
+    ) -> CellResult:
         kwargs: dict[str, Any] = {"python": python, "r": r, "sql": sql, "timeout": timeout}
         if on_output is None:
             result: CellResult = await self._call("run", **kwargs)

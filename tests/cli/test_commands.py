@@ -140,7 +140,9 @@ def test_recordings_list_prune_export_delete(tmp_path: Path) -> None:
     write(tmp_path, "one.py", "print('one')\n")
     maker = start(["run", "-q", "--recordings-dir", str(recs), "one.py"], tmp_path, tmp_path, stdout=subprocess.PIPE)
     assert maker.communicate(timeout=90)[0] == "one\n" and maker.returncode == 0
-    (newest,) = [name for name in os.listdir(recs / "sessions") if not name.endswith(".json")]
+    # beside the recording: its sidecar (.json) and the cell log the notebook export reads (.jsonl)
+    (newest,) = [name for name in os.listdir(recs / "sessions") if not name.endswith((".json", ".jsonl"))]
+    assert (recs / "sessions" / f"{newest}.console-bridge-cells.jsonl").stat().st_mode & 0o777 == 0o600
     sidecar = recs / "sessions" / f"{newest}.console-bridge.json"
     assert sidecar.stat().st_mode & 0o777 == 0o600
     info = json.loads(sidecar.read_text())

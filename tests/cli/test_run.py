@@ -112,6 +112,9 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         (["-", "-"], "only once"),
         (["--timeout", "0", "ok.py"], "--timeout"),
         (["--artifacts", "notes.txt", "ok.py"], "is not a folder"),
+        (["--collect", "*.csv", "ok.py"], "--collect needs --artifacts"),
+        (["--artifacts", "out", "--collect", "../x", "ok.py"], "without '..'"),
+        (["--env", "NOEQUALS", "ok.py"], "KEY=VALUE"),
     ],
 )
 def test_more_usage_errors_exit_2_in_process(

@@ -82,8 +82,15 @@ def test_ps_lists_another_process_session_and_kill_closes_it_cleanly(tmp_path: P
         # what holds each limit is named (a weaker mechanism too), never dropped
         assert set(mine["limits"]) >= {"memory", "processes", "tmpdir"} and mine["limits"]["tmpdir"] == "tmpfs"
         assert all(how for how in mine["limits"].values()), mine["limits"]
+        usage = mine["usage"]  # read from outside: the session's cgroups, else its processes
+        assert usage["cpu_seconds"] > 0 and usage["memory"] > 0 and usage["processes"] >= 2, usage
+        assert usage["recording_bytes"] > 0
         table = _cli(env, "ps").stdout
         assert info["id"] in table and "agent-7" in table and "tmpdir:tmpfs" in table
+        assert table.splitlines()[0].split()[6:10] == ["CPU", "MEM", "PEAK", "PROCS"], table
+        top = _cli(env, "top", "--interval", "0.2", "--count", "2")
+        assert top.returncode == 0 and top.stdout.count(info["id"]) == 2, top.stdout
+        assert top.stdout.splitlines()[0].split() == ["ID", "OWNER", "CPU%", "MEM", "PEAK", "PROCS"]
         tree = _tree(int(info["sup"]))  # type: ignore[call-overload]
         done = _cli(env, "kill", str(info["id"]))
         assert done.returncode == 0, done.stderr

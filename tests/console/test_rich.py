@@ -49,3 +49,27 @@ async def test_outputs_are_mime_bundles_in_order(mcp_console, workspace, recordi
         assert model.text.strip().startswith("a  b") and "<table" not in model.text
         plain = await console.run(python="40 + 2")
         assert plain.text == "42\n" and [(o.kind, o.data) for o in plain.outputs] == [("result", {"text/plain": "42"})]
+
+
+async def test_sql_result_is_a_table_and_a_bundle(mcp_console, workspace, recordings):
+    _, binary = mcp_console
+    async with AsyncConsole(workspace, command=binary, recordings_dir=recordings) as console:
+        query = "select 42 as a, '<x>' as b, date '2020-01-02' as d union all select 43, null, null"
+        result = await console.run(sql=query)
+        assert result.error is None, result.stderr
+        table = result.table
+        assert table is not None and table.columns == ("a", "b", "d") and not table.truncated
+        assert table.rows == [(42, "<x>", "2020-01-02"), (43, None, None)]
+        [output] = result.outputs
+        assert output.kind == "result" and output.data["text/plain"] == result.text.rstrip("\n")
+        html = str(output.data["text/html"])
+        assert "<th>a</th>" in html and "<td>&lt;x&gt;</td>" in html and "<td>NULL</td>" in html
+        assert result.text.startswith("a  | b") and "\ufdd2" not in result.text  # the worker's grid, unframed
+        many = await console.run(sql="select * from range(30)")
+        assert many.table is not None and many.table.truncated and len(many.table.rows) == 20
+        assert many.text.rstrip().endswith("[additional rows omitted]")
+        failed = await console.run(sql="select nope")
+        assert failed.error is not None and failed.table is None and failed.outputs == []
+        # a Python cell that fetches rows itself makes no table
+        mine = await console.run(python="_console.sql_connection().execute('select 1').fetchmany(5)")
+        assert mine.table is None and mine.text == "[(1,)]\n"

@@ -54,8 +54,10 @@ def test_cells_share_one_session_with_state(kernel: Kernel) -> None:
     assert kernel.run("%%console\nprint(x * 2)").expect_ok().stdout == "42\n"
     value = kernel.run("%%console python\nx * 2").expect_ok()
     assert value.stdout == "" and [c["data"]["text/plain"] for c in value.of_type("execute_result")] == ["42"]
-    sql = kernel.run("%%console sql\nselect 42 as answer").expect_ok().stdout
-    assert "answer" in sql and "42" in sql
+    sql = kernel.run("%%console sql\nselect 42 as answer").expect_ok()
+    [table] = [c["data"] for c in sql.of_type("execute_result")]  # the table, as the cell's value
+    assert "<th>answer</th>" in table["text/html"] and "<td>42</td>" in table["text/html"]
+    assert "answer" in table["text/plain"] and sql.stdout == ""
     assert server_pid(kernel) == pid, "every cell ran in the same session"
     # the server belongs to the kernel: it is one of its descendants
     assert pid in {p.pid for p in descendants(kernel.pid())}
@@ -152,8 +154,10 @@ def test_status_shows_the_verified_sandbox(kernel: Kernel) -> None:
     assert f"workspace   {kernel.workspace}\n" in out
     assert "profile     read-only\n" in out
     assert "sandbox     sandboxed=True, network=restricted, writable=[tmpdir]" in out
-    assert "languages   python, sql; poll window 1 s\n" in out
+    langs = "python, sql, r" if shutil.which("R") else "python, sql"  # R from the first cell where installed
+    assert f"languages   {langs}; poll window 1 s\n" in out
     assert f"recording   {kernel.recordings}" in out
+    assert re.search(r"usage       cpu \d+\.\d s, memory \d+ MiB \(peak \d+ MiB\), \d+ processes", out), out
     assert psutil.pid_exists(server_pid(kernel))
 
 
@@ -242,13 +246,21 @@ def test_the_blocking_console_works_in_the_kernels_running_loop(kernel: Kernel) 
 
 
 @pytest.mark.skipif(shutil.which("R") is None, reason="R is not installed")
-def test_an_r_cell_reopens_the_session_with_r(kernel: Kernel) -> None:
-    kernel.run(f"%%console {kernel.console_options}\npass").expect_ok()
+def test_an_r_cell_runs_in_the_first_session_and_keeps_python_state(kernel: Kernel) -> None:
+    kernel.run(f"%%console {kernel.console_options}\nkept = 'python state'").expect_ok()
+    pid = server_pid(kernel)
     run = kernel.run("%%console r\nx <- c(1, 2, 3)\nprint(sum(x))").expect_ok()
-    assert "languages 'python, sql' -> 'python, sql, r'" in run.stderr
-    assert run.stdout == "[1] 6\n"
-    assert kernel.run("%%console python\nprint('python too')").expect_ok().stdout == "python too\n"
+    assert run.stdout == "[1] 6\n" and "closing the session" not in run.stderr
+    assert kernel.run("%%console python\nprint(kept)").expect_ok().stdout == "python state\n"
+    assert server_pid(kernel) == pid
     assert "languages   python, sql, r;" in kernel.run("%console_status").expect_ok().stdout
+
+
+def test_a_language_the_session_lacks_is_refused_with_its_state_kept(kernel: Kernel) -> None:
+    kernel.run(f"%%console {kernel.console_options} --languages python,sql\nkept = 1").expect_ok()
+    refused = kernel.run("%%console r\nprint(1)")
+    assert refused.status == "error" and "--languages python,sql,r" in refused.stderr, refused.stderr
+    assert kernel.run("%%console\nprint(kept)").expect_ok().stdout == "1\n"
 
 
 def test_a_profile_change_reopens_saying_so_and_close_stops_the_session(kernel: Kernel) -> None:
@@ -315,3 +327,29 @@ def test_input_without_stdin_fails_clearly_and_the_session_lives_on(kernel: Kern
     assert run.status == "error" and run.error is not None and run.error["ename"] == "CellError"
     assert "does not offer stdin" in one_line(run.error)
     assert kernel.run("%%console\nprint(kept)").expect_ok().stdout == "state\n"
+
+
+def test_put_and_get_files_through_the_tmpdir_under_read_only(kernel: Kernel) -> None:
+    local = kernel.root / "in.csv"
+    local.write_text("a,b\n1,2\n")
+    kernel.run(f"%%console {kernel.console_options}\nimport os").expect_ok()  # read-only profile (the default)
+    put = kernel.run(f"%console_put {local} data/in.csv").expect_ok().stdout
+    assert "-> " in put and put.rstrip().endswith("data/in.csv")
+    code = (
+        "%%console\nimport pandas as pd\n"
+        "frame = pd.read_csv(os.environ['TMPDIR'] + '/data/in.csv')\n"
+        "frame['c'] = frame.a + frame.b\n"
+        "frame.to_csv(os.environ['TMPDIR'] + '/out.csv', index=False)\n"
+        "os.symlink('/etc/hostname', os.environ['TMPDIR'] + '/link.csv')\n"
+    )
+    kernel.run(code).expect_ok()
+    target = kernel.root / "got"
+    target.mkdir()
+    got = kernel.run(f"%console_get out.csv {target}").expect_ok()
+    assert (target / "out.csv").read_text() == "a,b,c\n1,2,3\n", got.stdout
+    # again: the local copy is replaced (a rerun cell works)
+    kernel.run(f"%console_get out.csv {target / 'out.csv'}").expect_ok()
+    refused = kernel.run("%console_get link.csv")
+    assert refused.status == "error" and "symlink" in one_line(refused.error)
+    assert kernel.run("%console_get").status == "error"  # usage
+    assert not (kernel.workspace / "link.csv").exists()

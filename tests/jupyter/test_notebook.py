@@ -36,6 +36,9 @@ def _notebook(workspace: Path, recordings: Path) -> nbformat.NotebookNode:
         "%%console\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
         "%%console\nimport sys\nimport pandas as pd\nfrom IPython.display import HTML, display\n"
         "print('to stderr', file=sys.stderr)\ndisplay(HTML('<b>bold</b>'))\npd.DataFrame({'a': [1, 2]})",
+        "%%console sql\nselect 42 as answer",
+        "%%console\nimport os\nopen(os.environ['TMPDIR'] + '/out.csv', 'w').write('a,b\\n1,2\\n')",
+        "%console_get out.csv",
         "%%console\nraise ValueError('the notebook stops here')",
         "%%console\nprint('never runs', x + 1)",
     ]
@@ -77,6 +80,10 @@ def test_a_failing_console_cell_stops_the_notebook_there(tmp_path: Path) -> None
         ("stream", "stderr"), ("display_data", None), ("execute_result", None)], rich
     assert rich[0]["text"] == "to stderr\n" and rich[1]["data"]["text/html"] == "<b>bold</b>"
     assert "<table" in rich[2]["data"]["text/html"] and "a" in rich[2]["data"]["text/plain"]
+    [table] = outputs[5]  # a SQL result: an HTML table, as the cell's value
+    assert table["output_type"] == "execute_result" and "<th>answer</th>" in table["data"]["text/html"]
+    assert (workspace / "out.csv").read_text() == "a,b\n1,2\n"  # %console_get, under the read-only profile
+    del outputs[5:8]
     errors = [out for out in outputs[5] if out["output_type"] == "error"]
     assert len(errors) == 1 and errors[0]["ename"] == "CellError"
     shown = [out for out in outputs[5] if out["output_type"] == "stream"]

@@ -9,6 +9,7 @@ import pytest
 from console_bridge._jupyter._options import (
     DEFAULT_POLL_WINDOW,
     CellOptions,
+    LanguageMissing,
     OptionsError,
     SessionSpec,
     describe_change,
@@ -86,9 +87,20 @@ def test_options_not_given_keep_the_open_session(tmp_path: Path) -> None:
 
 def test_a_new_language_or_option_changes_the_spec(tmp_path: Path) -> None:
     current = SessionSpec(workspace=tmp_path)
-    with_r = plan_session(current, CellOptions(language="r"), cwd=tmp_path)
+    # a language the open session lacks is refused (reopening would lose its state) ...
+    with pytest.raises(LanguageMissing, match=r"%%console r --languages python,sql,r"):
+        plan_session(current, CellOptions(language="r"), cwd=tmp_path)
+    # ... unless the cell asks for it with --languages
+    with_r = plan_session(current, parse_cell_line("r --languages python,sql,r"), cwd=tmp_path)
     assert with_r.languages == ("python", "sql", "r")
     assert plan_session(with_r, CellOptions(language="python"), cwd=tmp_path) == with_r
+    # the first session: the defaults (the magic adds R where it is installed), plus the cell's language
+    first = plan_session(None, CellOptions(language="r"), cwd=tmp_path, default_languages=("python", "sql", "r"))
+    assert first.languages == ("python", "sql", "r")
+    assert plan_session(None, CellOptions(language="r"), cwd=tmp_path).languages == ("python", "sql", "r")
+    assert plan_session(None, parse_cell_line("sql --languages sql"), cwd=tmp_path).languages == ("sql",)
+    with pytest.raises(OptionsError, match="does not include"):
+        plan_session(None, parse_cell_line("r --languages python"), cwd=tmp_path)
     other = plan_session(current, CellOptions(profile="workspace", poll_window=5), cwd=tmp_path)
     assert (other.profile, other.poll_window, other.workspace) == ("workspace", 5, tmp_path)
 

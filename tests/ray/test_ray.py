@@ -17,6 +17,7 @@ import pytest
 
 from console_bridge import (
     Busy,
+    CellError,
     CellResult,
     CellTimeout,
     ConnectionClosed,
@@ -148,7 +149,7 @@ async def test_an_agent_drives_a_remote_session(cluster: Any, options: dict[str,
         api = ScriptedApi(call("send", {"python": "print(6 * 7)"}), call("send", {"control": "restart"}), answer)
         result, refusal = tool_results(await agent(api, handles))
         assert (result["content"], result["is_error"]) == ("42\n", False)
-        assert refusal["is_error"] is True and refusal["content"].startswith("NotAllowed: control='restart'")
+        assert refusal["is_error"] is True and refusal["content"].startswith('NotAllowed: control: "restart"')
         # Ownership is checked here, on the driver, before anything travels.
         with run_context(Owner("intruder")), pytest.raises(OwnerMismatch):
             await handles[0]({"python": "1"})
@@ -172,6 +173,10 @@ def test_the_blocking_twin(cluster: Any, options: dict[str, Any]) -> None:
         assert console.run(python="print(6 * 7)", on_output=lambda c: seen.append(c.text)).text == "42\n"
         assert seen and console.status().node_id == console.node_id
         assert console.tools()[0].call({"python": "print(1)"}).text == "1\n"
+        assert console.run(python="print(2)", check=True).text == "2\n"
+        with pytest.raises(CellError, match="ZeroDivisionError") as failed:
+            console.run(python="1 / 0", check=True)
+        assert failed.value.result is not None and failed.value.result.error is not None
         assert [info.id for info in manager.sessions() if info.state == "in_use"] == [console.id]
     with pytest.raises(ConnectionClosed):
         console.run(python="1")
