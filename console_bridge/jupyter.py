@@ -82,6 +82,8 @@ from console_bridge import (
     SessionManager,
     SessionUsage,
 )
+from console_bridge._confinement._limits import Limits
+from console_bridge._console._profiles import load_profile
 from console_bridge._hostfs import read_file, write_file
 from console_bridge._hygiene import CellOutput, host_line
 from console_bridge._jupyter._options import (
@@ -100,6 +102,13 @@ _INTERRUPTED = "KeyboardInterrupt: the cell was interrupted; the session and its
 _loaded: dict[InteractiveShell, ConsoleMagics] = {}
 #: Who the kernel's sessions belong to (the notebook user: host calls).
 _OWNER = Owner("jupyter")
+
+
+def _limits_for(spec: SessionSpec) -> Limits | None:
+    """The session's Limits: the profile's, with what the %%console line changed (None: the profile's)."""
+    if not spec.limits:
+        return None
+    return dataclasses.replace(load_profile(spec.profile).limits, **dict(spec.limits))
 
 
 def _one_line(exc: BaseException, text: str) -> BaseException:
@@ -394,6 +403,8 @@ class ConsoleMagics:
                 recordings_dir=spec.recordings_dir,
                 languages=spec.languages,
                 python=spec.python,
+                limits=_limits_for(spec),
+                read_roots=spec.read_roots,
             )
         if current is not None and self.spec is not None:
             if current.status().state == "closed":

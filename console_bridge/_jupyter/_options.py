@@ -8,7 +8,7 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = [
     "DEFAULT_POLL_WINDOW",
@@ -26,7 +26,8 @@ DEFAULT_POLL_WINDOW = 1.0
 LANGUAGES = ("python", "sql", "r")
 USAGE = (
     "%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR] [--timeout SECONDS] "
-    "[--poll-window SECONDS] [--recordings-dir DIR] [--python VENV] [--languages python,sql,r]"
+    "[--poll-window SECONDS] [--recordings-dir DIR] [--python VENV] [--languages python,sql,r] "
+    "[--read-root DIR] [--memory SIZE] [--processes N] [--cpu CPUS] [--tmpdir-limit SIZE] [--best-effort|--strict]"
 )
 
 
@@ -50,6 +51,9 @@ class CellOptions:
     recordings_dir: str | None = None
     python: str | None = None
     languages: tuple[str, ...] | None = None
+    #: ``Limits`` fields the line changes (``memory``, ``processes``, ``cpu``, ``tmpdir``, ``enforce``)
+    limits: tuple[tuple[str, Any], ...] | None = None
+    read_roots: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,8 @@ class SessionSpec:
     recordings_dir: Path | None = None
     languages: tuple[str, ...] = ("python", "sql")
     python: Path | None = None
+    limits: tuple[tuple[str, Any], ...] = ()  # changes to the profile's Limits
+    read_roots: tuple[Path, ...] = ()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +98,13 @@ def _parser() -> _Parser:
     parser.add_argument("--recordings-dir")
     parser.add_argument("--python")
     parser.add_argument("--languages", type=_languages)
+    parser.add_argument("--memory")
+    parser.add_argument("--processes", type=int)
+    parser.add_argument("--cpu", type=float)
+    parser.add_argument("--tmpdir-limit")
+    parser.add_argument("--best-effort", action="store_true")
+    parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--read-root", action="append", dest="read_roots")
     return parser
 
 
@@ -110,6 +123,12 @@ def parse_cell_line(line: str) -> CellOptions:
     except ValueError as exc:
         raise OptionsError(f"{exc} in {line!r}\nusage: {USAGE}") from None
     ns = _parser().parse_args(words)
+    if ns.best_effort and ns.strict:
+        raise OptionsError(f"--best-effort and --strict contradict each other; give one\nusage: {USAGE}")
+    given = {"memory": ns.memory, "processes": ns.processes, "cpu": ns.cpu, "tmpdir": ns.tmpdir_limit}
+    changes: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+    if ns.best_effort or ns.strict:
+        changes["enforce"] = "best_effort" if ns.best_effort else "strict"
     return CellOptions(
         language=ns.language,
         timeout=ns.timeout,
@@ -119,6 +138,8 @@ def parse_cell_line(line: str) -> CellOptions:
         recordings_dir=ns.recordings_dir,
         python=ns.python,
         languages=ns.languages,
+        limits=tuple(sorted(changes.items())) if changes else None,
+        read_roots=tuple(ns.read_roots) if ns.read_roots else None,
     )
 
 
@@ -174,6 +195,12 @@ def plan_session(
         recordings_dir=_path(recordings, cwd) if recordings is not None else spec.recordings_dir,
         languages=languages,
         python=_path(options.python, cwd) if options.python is not None else spec.python,
+        limits=options.limits if options.limits is not None else spec.limits,
+        read_roots=(
+            tuple(_path(root, cwd) for root in options.read_roots)
+            if options.read_roots is not None
+            else spec.read_roots
+        ),
     )
 
 
@@ -187,6 +214,8 @@ def describe_change(old: SessionSpec, new: SessionSpec) -> str:
         ("recordings dir", old.recordings_dir, new.recordings_dir),
         ("languages", ", ".join(old.languages), ", ".join(new.languages)),
         ("python", old.python, new.python),
+        ("limits", dict(old.limits), dict(new.limits)),
+        ("read roots", [str(p) for p in old.read_roots], [str(p) for p in new.read_roots]),
     ):
         if before != after:
             parts.append(f"{label} {str(before)!r} -> {str(after)!r}")

@@ -114,3 +114,18 @@ def test_describe_change_names_what_differs(tmp_path: Path) -> None:
     assert "languages 'python, sql' -> 'python, sql, r'" in text
     assert "poll window" not in text
     assert describe_change(old, old) == ""
+
+
+def test_limits_and_read_roots_on_the_cell_line(tmp_path: Path) -> None:
+    """`%%console --memory 2GiB --processes 64 --best-effort --read-root data` changes the session's Limits."""
+    options = parse_cell_line("--memory 2GiB --processes 64 --best-effort --read-root data --read-root /srv/x")
+    assert dict(options.limits or ()) == {"memory": "2GiB", "processes": 64, "enforce": "best_effort"}
+    spec = plan_session(None, options, cwd=tmp_path)
+    assert spec.read_roots == (tmp_path / "data", Path("/srv/x"))
+    assert dict(spec.limits) == {"memory": "2GiB", "processes": 64, "enforce": "best_effort"}
+    same = plan_session(spec, parse_cell_line(""), cwd=tmp_path)
+    assert same == spec  # a later cell without the options keeps the session
+    changed = plan_session(spec, parse_cell_line("--strict"), cwd=tmp_path)
+    assert "limits" in describe_change(spec, changed)
+    with pytest.raises(OptionsError, match="contradict"):
+        parse_cell_line("--best-effort --strict")
