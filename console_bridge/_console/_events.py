@@ -10,9 +10,11 @@ cannot write it. :class:`EventTail` follows ``events.jsonl`` incrementally.
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import json
 import os
+import re
 import stat
 from collections import deque
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ _STARTED = b'{"event":"cell_started"'
 _RESULT = b'{"event":"tool_result"'
 _MAX_READ = 8 * 1024 * 1024
 _COMPARE = 512
+_AT = re.compile(rb'"at":"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +120,24 @@ class EventTail:
 
 
 def _timestamp(line: bytes) -> float | None:
-    """The ``at`` field (RFC 3339 with nanoseconds, UTC) of an event line as epoch seconds."""
+    """The ``at`` field (RFC 3339 with nanoseconds, UTC) of an event line as epoch seconds.
+
+    Read once per cell: the server writes ``at`` as the line's last key, so a strict pattern that
+    ends the line is read without parsing it (any other line is parsed)."""
+    text = line.rstrip()
+    match = _AT.search(text, max(0, len(text) - 48))
+    if match is not None and match.end() == len(text) - 1 and text.endswith(b"}"):  # the top level's last key
+        year, month, day, hour, minute, second, frac = match.groups()
+        try:
+            base = calendar.timegm((int(year), int(month), int(day), int(hour), int(minute), int(second)))
+        except (ValueError, OverflowError):
+            return None
+        return base + (int(frac) / 10 ** len(frac) if frac else 0.0)
     try:
         entry = json.loads(line)
         stamp = str(entry["at"]).rstrip("Z")
-        whole, _, frac = stamp.partition(".")
-        base = dt.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
-        return base.timestamp() + float(f"0.{frac or '0'}")
+        whole, _, frac_text = stamp.partition(".")
+        moment = dt.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
+        return moment.timestamp() + float(f"0.{frac_text or '0'}")
     except (ValueError, KeyError, TypeError):
         return None
