@@ -11,6 +11,7 @@ cannot write it. :class:`EventTail` follows ``events.jsonl`` incrementally.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import datetime as dt
 import json
 import os
@@ -69,26 +70,46 @@ class EventTail:
         self._ended = False
         self._started_at: float | None = None
         self._lines: deque[bytes] = deque()
+        self._fd: int | None = None
 
     def attach(self, path: Path) -> None:
         if self.path != path:
+            self.close()
             self.path, self._offset, self._partial, self._ended, self._lines = path, 0, b"", False, deque()
 
+    def close(self) -> None:
+        """Close the kept file (the tail can be attached again)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
     def _read(self) -> list[bytes]:
+        """The complete lines appended since the last read. The file stays open (the server only
+        appends to it, and cells cannot write the recording): a size check and a pread per call."""
         if self.path is None:
             return []
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return []
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size <= self._offset:
+        if self._fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
                 return []
-            os.lseek(fd, self._offset, os.SEEK_SET)
-            data = os.read(fd, min(info.st_size - self._offset, _MAX_READ))
-        finally:
-            os.close(fd)
+            try:
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            except OSError:
+                regular = False
+            if not regular:
+                os.close(fd)
+                return []
+            self._fd = fd
+        try:
+            size = os.fstat(self._fd).st_size
+            if size <= self._offset:
+                return []
+            data = os.pread(self._fd, min(size - self._offset, _MAX_READ), self._offset)
+        except OSError:
+            self.close()
+            return []
         self._offset += len(data)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()

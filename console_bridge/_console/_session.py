@@ -530,6 +530,7 @@ class AsyncConsole(NotCopyable):
                 await conn.cancel()
             else:
                 await conn.close()
+        self._observer.events.close()
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 
