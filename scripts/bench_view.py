@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -171,7 +172,7 @@ def _apply_plan_cost(console: Any, reps: int = 5) -> dict[str, Any]:
     plan["user_namespace"] = conf.confinement.host.user_namespace
     folder = os.path.dirname(_namespaces.__file__)
     runs = []
-    for rep in range(reps):
+    for _ in range(reps):
         root = tempfile.mkdtemp(prefix="cb-view-root-")
         plan["root"] = root
         began = time.perf_counter()
@@ -218,10 +219,8 @@ class Child:
         return reply
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, BrokenPipeError, ValueError):
             self.run(quit=True)
-        except (RuntimeError, BrokenPipeError, ValueError):
-            pass
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
