@@ -30,6 +30,7 @@ this signal, is the boundary against hostile code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -583,8 +584,9 @@ class OutcomeLog:
 
     The folder is writable by cells, so it is never trusted for paths: every open uses
     ``O_NOFOLLOW``, only a regular file is read, and reads are bounded. Once found, the
-    file's path is kept (as text: read before and after every cell, so no pathlib on the
-    way) and opened directly; a file that is gone or no longer regular is looked for again.
+    folder is kept open and its files are opened relative to it (read before and after every
+    cell: no walk through the server's root, no pathlib, no symlinked folder on the way); a
+    file that is gone or no longer regular is looked for again.
     """
 
     def __init__(self, root: Path, nonce: str, *, max_depth: int = 4) -> None:
@@ -592,16 +594,22 @@ class OutcomeLog:
         self.dir_name = outcome_dir_name(nonce)
         self.max_depth = max_depth
         self._path: Path | None = None
-        self._text = ""  # str(self._path)
-        self._outputs = ""  # the outputs.jsonl beside it
+        self._dir_fd: int | None = None  # the folder of self._path, opened O_DIRECTORY | O_NOFOLLOW
+
+    def close(self) -> None:
+        if self._dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._dir_fd)
+            self._dir_fd = None
+        self._path = None
 
     def _locate(self) -> tuple[Path, int] | None:
         """The log and its size now, or None when there is none (yet)."""
         if self._path is not None:
-            size = _regular_size(self._text)
+            size = _regular_size(OUTCOMES_FILE, self._dir_fd)
             if size is not None:
                 return self._path, size
-        self._path = None
+        self.close()
         level = [str(self.root)]
         for _ in range(self.max_depth):
             following: list[str] = []
@@ -614,12 +622,15 @@ class OutcomeLog:
                     if not entry.is_dir(follow_symlinks=False):
                         continue
                     if entry.name == self.dir_name:
-                        candidate = os.path.join(entry.path, OUTCOMES_FILE)
-                        size = _regular_size(candidate)
+                        try:
+                            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                        except OSError:
+                            continue
+                        size = _regular_size(OUTCOMES_FILE, fd)
                         if size is not None:
-                            self._path, self._text = Path(candidate), candidate
-                            self._outputs = os.path.join(entry.path, OUTPUTS_FILE)
+                            self._path, self._dir_fd = Path(entry.path) / OUTCOMES_FILE, fd
                             return self._path, size
+                        os.close(fd)
                     else:
                         following.append(entry.path)
             level = following
@@ -630,11 +641,13 @@ class OutcomeLog:
         found = self._locate()
         return (None, 0) if found is None else found
 
-    def _tail(self, path: str, offset: int, limit: int) -> bytes | None:
-        """The bytes of the regular file ``path`` after ``offset`` (at most ``limit``); None when
-        it cannot be opened without following a link or is not a regular file."""
+    def _tail(self, name: str, offset: int, limit: int) -> bytes | None:
+        """The bytes of the regular file ``name`` (in the kept folder) after ``offset`` (at most
+        ``limit``); None when it cannot be opened without following a link or is not regular."""
+        if self._dir_fd is None:
+            return None
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._dir_fd)
         except OSError:
             return None
         try:
@@ -651,13 +664,13 @@ class OutcomeLog:
         """The records appended after ``mark``."""
         data = None
         if self._path is not None:  # the file found before: opened as is (O_NOFOLLOW, regular only)
-            data = self._tail(self._text, mark[1] if mark[0] == self._path else 0, _MAX_READ)
+            data = self._tail(OUTCOMES_FILE, mark[1] if mark[0] == self._path else 0, _MAX_READ)
         if data is None:
             found = self._locate()
             if found is None:
                 return Records()
             path = found[0]
-            data = self._tail(self._text, mark[1] if mark[0] == path else 0, _MAX_READ)
+            data = self._tail(OUTCOMES_FILE, mark[1] if mark[0] == path else 0, _MAX_READ)
         return parse_records(data) if data else Records()
 
     def read_outputs(self, offset: int, *, max_bytes: int = 64 * 1024 * 1024) -> tuple[int, dict[str, Output]]:
@@ -665,7 +678,7 @@ class OutcomeLog:
         ``offset``: the new offset (complete lines only) and the outputs by id."""
         if self._path is None and self._locate() is None:
             return offset, {}
-        data = self._tail(self._outputs, offset, max_bytes)
+        data = self._tail(OUTPUTS_FILE, offset, max_bytes)
         if not data:
             return offset, {}
         end = data.rfind(b"\n")
@@ -684,9 +697,9 @@ class OutcomeLog:
         return offset + end + 1, found
 
 
-def _regular_size(path: str) -> int | None:
+def _regular_size(name: str, dir_fd: int | None) -> int | None:
     try:
-        info = os.lstat(path)
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return None
     return info.st_size if stat.S_ISREG(info.st_mode) else None

@@ -531,6 +531,8 @@ class AsyncConsole(NotCopyable):
             else:
                 await conn.close()
         self._observer.events.close()
+        if self._observer.outcomes is not None:
+            self._observer.outcomes.close()
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 
