@@ -98,33 +98,40 @@ class SessionCgroups:
     cells: Path | None = None  # v1: the nested pids group the worker is moved into (see move_worker)
     owned: bool = True  # False: a systemd scope's group (systemd removes it; only its counters are read)
     _fds: dict[Path, int] = field(default_factory=dict)
+    _counter_files: list[tuple[str, Path, bytes]] | None = None
 
     def counters(self) -> dict[str, int]:
         """Counters that rise when a limit is hit: ``{"memory": oom kills, "processes": fork refusals}``.
 
-        Read before and after every cell, so the files stay open and are re-read with pread."""
+        Read before and after every cell, so the files stay open and are re-read with pread (the
+        list of files is worked out once: no path building or hashing per read)."""
+        if self._counter_files is None:
+            files: list[tuple[str, Path, bytes]] = []
+            memory = self.by_limit.get("memory")
+            if memory is not None:
+                name = "memory.events" if self.version == "cgroup2" else "memory.oom_control"
+                files.append(("memory", memory / name, b"oom_kill"))
+            pids = self.by_limit.get("processes")
+            if pids is not None:
+                files.append(("processes", pids / "pids.events", b"max"))
+                if self.cells is not None:
+                    files.append(("processes", self.cells / "pids.events", b"max"))
+            self._counter_files = files
         out: dict[str, int] = {}
-        memory = self.by_limit.get("memory")
-        if memory is not None:
-            name = "memory.events" if self.version == "cgroup2" else "memory.oom_control"
-            out["memory"] = self._read_key(memory / name, "oom_kill")
-        pids = self.by_limit.get("processes")
-        if pids is not None:
-            out["processes"] = self._read_key(pids / "pids.events", "max")
-            if self.cells is not None:
-                out["processes"] += self._read_key(self.cells / "pids.events", "max")
+        for limit, path, key in self._counter_files:
+            out[limit] = out.get(limit, 0) + self._read_key(path, key)
         return out
 
-    def _read_key(self, path: Path, key: str) -> int:
+    def _read_key(self, path: Path, key: bytes) -> int:
         fd = self._fds.get(path)
         try:
             if fd is None:
                 fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            text = os.pread(fd, 4096, 0).decode("ascii")
-        except (OSError, UnicodeDecodeError):
+            data = os.pread(fd, 4096, 0)
+        except OSError:
             return 0
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
+        for line in data.splitlines():
+            name, _, value = line.partition(b" ")
             if name == key:
                 with contextlib.suppress(ValueError):
                     return int(value)

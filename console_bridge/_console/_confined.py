@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import stat
 import tempfile
@@ -80,6 +81,8 @@ class SessionConfinement:
         self._tmp_was_full = False
         self._counters: dict[str, int] = {}
         self._worker: psutil.Process | None = None
+        self._worker_fd: int | None = None  # a pidfd of the adopted worker: its liveness in one poll
+        self._worker_poll: select.poll | None = None
         self._r_profile: Path | None = None
         self._tmp_fd: int | None = None
 
@@ -283,12 +286,9 @@ class SessionConfinement:
         the recording's RLIMIT_FSIZE (meant for the server's raw logs) off it, so cells may
         write large files to TMPDIR and the workspace. One stat per cell while the worker
         lives; a walk of the session's tree only when it changed."""
-        worker = self._worker
-        if worker is not None:
-            with contextlib.suppress(psutil.Error):
-                if worker.is_running():
-                    return
-        self._worker = None
+        if self._worker is not None and self._worker_alive():
+            return
+        self._forget_worker()
         if self.entry is None or self.entry.supervisor_pid is None or self.confinement is None:
             return
         try:
@@ -307,8 +307,43 @@ class SessionConfinement:
                         # the cells get the limit itself; the server and its helpers keep the headroom
                         proc.rlimit(psutil.RLIMIT_NPROC, (processes, processes))
                     if self.confinement.cgroups.cells is None or self.confinement.cgroups.move_worker(proc.pid):
-                        self._worker = proc
+                        self._adopt_worker(proc)
                     return
+
+    def _adopt_worker(self, proc: psutil.Process) -> None:
+        self._worker = proc
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is not None:
+            with contextlib.suppress(OSError):
+                fd = pidfd_open(proc.pid)
+                if proc.is_running():  # the pid was not reused between the listing and the open
+                    self._worker_fd = fd
+                    self._worker_poll = select.poll()
+                    self._worker_poll.register(fd, select.POLLIN)
+                else:
+                    os.close(fd)
+
+    def _worker_alive(self) -> bool:
+        """Is the adopted worker still running? Before every cell: a poll of its pidfd (about a
+        microsecond), psutil's create-time check where there is no pidfd."""
+        if self._worker_poll is not None:
+            try:
+                return not self._worker_poll.poll(0)  # a pidfd is readable once its process exited
+            except OSError:
+                return False
+        if self._worker is None:
+            return False
+        with contextlib.suppress(psutil.Error):
+            return self._worker.is_running()
+        return False
+
+    def _forget_worker(self) -> None:
+        self._worker = None
+        self._worker_poll = None
+        if self._worker_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._worker_fd)
+            self._worker_fd = None
 
     def _read_counters(self) -> dict[str, int]:
         return self.confinement.cgroups.counters() if self.confinement is not None else {}
@@ -535,6 +570,7 @@ class SessionConfinement:
             with contextlib.suppress(OSError):
                 os.close(self._tmp_fd)
             self._tmp_fd = None
+        self._forget_worker()
         if self.entry is not None:
             with contextlib.suppress(OSError):
                 if self.entry.path.exists():

@@ -10,9 +10,12 @@ cannot write it. :class:`EventTail` follows ``events.jsonl`` incrementally.
 
 from __future__ import annotations
 
+import calendar
+import contextlib
 import datetime as dt
 import json
 import os
+import re
 import stat
 from collections import deque
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ _STARTED = b'{"event":"cell_started"'
 _RESULT = b'{"event":"tool_result"'
 _MAX_READ = 8 * 1024 * 1024
 _COMPARE = 512
+_AT = re.compile(rb'"at":"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,26 +70,46 @@ class EventTail:
         self._ended = False
         self._started_at: float | None = None
         self._lines: deque[bytes] = deque()
+        self._fd: int | None = None
 
     def attach(self, path: Path) -> None:
         if self.path != path:
+            self.close()
             self.path, self._offset, self._partial, self._ended, self._lines = path, 0, b"", False, deque()
 
+    def close(self) -> None:
+        """Close the kept file (the tail can be attached again)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
     def _read(self) -> list[bytes]:
+        """The complete lines appended since the last read. The file stays open (the server only
+        appends to it, and cells cannot write the recording): a size check and a pread per call."""
         if self.path is None:
             return []
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return []
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size <= self._offset:
+        if self._fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
                 return []
-            os.lseek(fd, self._offset, os.SEEK_SET)
-            data = os.read(fd, min(info.st_size - self._offset, _MAX_READ))
-        finally:
-            os.close(fd)
+            try:
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            except OSError:
+                regular = False
+            if not regular:
+                os.close(fd)
+                return []
+            self._fd = fd
+        try:
+            size = os.fstat(self._fd).st_size
+            if size <= self._offset:
+                return []
+            data = os.pread(self._fd, min(size - self._offset, _MAX_READ), self._offset)
+        except OSError:
+            self.close()
+            return []
         self._offset += len(data)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
@@ -117,12 +141,24 @@ class EventTail:
 
 
 def _timestamp(line: bytes) -> float | None:
-    """The ``at`` field (RFC 3339 with nanoseconds, UTC) of an event line as epoch seconds."""
+    """The ``at`` field (RFC 3339 with nanoseconds, UTC) of an event line as epoch seconds.
+
+    Read once per cell: the server writes ``at`` as the line's last key, so a strict pattern that
+    ends the line is read without parsing it (any other line is parsed)."""
+    text = line.rstrip()
+    match = _AT.search(text, max(0, len(text) - 48))
+    if match is not None and match.end() == len(text) - 1 and text.endswith(b"}"):  # the top level's last key
+        year, month, day, hour, minute, second, frac = match.groups()
+        try:
+            base = calendar.timegm((int(year), int(month), int(day), int(hour), int(minute), int(second)))
+        except (ValueError, OverflowError):
+            return None
+        return base + (int(frac) / 10 ** len(frac) if frac else 0.0)
     try:
         entry = json.loads(line)
         stamp = str(entry["at"]).rstrip("Z")
-        whole, _, frac = stamp.partition(".")
-        base = dt.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
-        return base.timestamp() + float(f"0.{frac or '0'}")
+        whole, _, frac_text = stamp.partition(".")
+        moment = dt.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
+        return moment.timestamp() + float(f"0.{frac_text or '0'}")
     except (ValueError, KeyError, TypeError):
         return None

@@ -30,6 +30,7 @@ this signal, is the boundary against hostile code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -687,7 +688,10 @@ class OutcomeLog:
     """The hooks' ``outcomes.jsonl``, found under the session's private TMPDIR and read safely.
 
     The folder is writable by cells, so it is never trusted for paths: every open uses
-    ``O_NOFOLLOW``, only a regular file is read, and reads are bounded.
+    ``O_NOFOLLOW``, only a regular file is read, and reads are bounded. Once found, the
+    folder is kept open and its files are opened relative to it (read before and after every
+    cell: no walk through the server's root, no pathlib, no symlinked folder on the way); a
+    file that is gone or no longer regular is looked for again.
     """
 
     def __init__(self, root: Path, nonce: str, *, max_depth: int = 4) -> None:
@@ -695,14 +699,25 @@ class OutcomeLog:
         self.dir_name = outcome_dir_name(nonce)
         self.max_depth = max_depth
         self._path: Path | None = None
+        self._dir_fd: int | None = None  # the folder of self._path, opened O_DIRECTORY | O_NOFOLLOW
 
-    def _locate(self) -> Path | None:
-        if self._path is not None and _regular_size(self._path) is not None:
-            return self._path
+    def close(self) -> None:
+        if self._dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._dir_fd)
+            self._dir_fd = None
         self._path = None
-        level = [self.root]
+
+    def _locate(self) -> tuple[Path, int] | None:
+        """The log and its size now, or None when there is none (yet)."""
+        if self._path is not None:
+            size = _regular_size(OUTCOMES_FILE, self._dir_fd)
+            if size is not None:
+                return self._path, size
+        self.close()
+        level = [str(self.root)]
         for _ in range(self.max_depth):
-            following: list[Path] = []
+            following: list[str] = []
             for folder in level:
                 try:
                     entries = list(os.scandir(folder))
@@ -712,60 +727,65 @@ class OutcomeLog:
                     if not entry.is_dir(follow_symlinks=False):
                         continue
                     if entry.name == self.dir_name:
-                        candidate = Path(entry.path) / OUTCOMES_FILE
-                        if _regular_size(candidate) is not None:
-                            self._path = candidate
-                            return candidate
+                        try:
+                            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                        except OSError:
+                            continue
+                        size = _regular_size(OUTCOMES_FILE, fd)
+                        if size is not None:
+                            self._path, self._dir_fd = Path(entry.path) / OUTCOMES_FILE, fd
+                            return self._path, size
+                        os.close(fd)
                     else:
-                        following.append(Path(entry.path))
+                        following.append(entry.path)
             level = following
         return None
 
     def mark(self) -> tuple[Path | None, int]:
         """Where the log ends now (taken before a cell is submitted)."""
-        path = self._locate()
-        size = _regular_size(path) if path is not None else None
-        return path, size or 0
+        found = self._locate()
+        return (None, 0) if found is None else found
+
+    def _tail(self, name: str, offset: int, limit: int) -> bytes | None:
+        """The bytes of the regular file ``name`` (in the kept folder) after ``offset`` (at most
+        ``limit``); None when it cannot be opened without following a link or is not regular."""
+        if self._dir_fd is None:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._dir_fd)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_size <= offset:
+                return b""
+            return os.pread(fd, min(info.st_size - offset, limit), offset)
+        finally:
+            os.close(fd)
 
     def read_since(self, mark: tuple[Path | None, int]) -> Records:
         """The records appended after ``mark``."""
-        path = self._locate()
-        if path is None:
-            return Records()
-        offset = mark[1] if mark[0] == path else 0
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return Records()
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size <= offset:
+        data = None
+        if self._path is not None:  # the file found before: opened as is (O_NOFOLLOW, regular only)
+            data = self._tail(OUTCOMES_FILE, mark[1] if mark[0] == self._path else 0, _MAX_READ)
+        if data is None:
+            found = self._locate()
+            if found is None:
                 return Records()
-            os.lseek(fd, offset, os.SEEK_SET)
-            data = os.read(fd, min(info.st_size - offset, _MAX_READ))
-        finally:
-            os.close(fd)
-        return parse_records(data)
-
+            path = found[0]
+            data = self._tail(OUTCOMES_FILE, mark[1] if mark[0] == path else 0, _MAX_READ)
+        return parse_records(data) if data else Records()
 
     def read_outputs(self, offset: int, *, max_bytes: int = 64 * 1024 * 1024) -> tuple[int, dict[str, Output]]:
         """The rich results the worker appended to ``outputs.jsonl`` (beside the outcomes) after
         ``offset``: the new offset (complete lines only) and the outputs by id."""
-        path = self._locate()
-        if path is None:
+        if self._path is None and self._locate() is None:
             return offset, {}
-        try:
-            fd = os.open(path.parent / OUTPUTS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+        data = self._tail(OUTPUTS_FILE, offset, max_bytes)
+        if not data:
             return offset, {}
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size <= offset:
-                return offset, {}
-            os.lseek(fd, offset, os.SEEK_SET)
-            data = os.read(fd, min(info.st_size - offset, max_bytes))
-        finally:
-            os.close(fd)
         end = data.rfind(b"\n")
         if end < 0:
             return offset, {}
@@ -782,9 +802,9 @@ class OutcomeLog:
         return offset + end + 1, found
 
 
-def _regular_size(path: Path) -> int | None:
+def _regular_size(name: str, dir_fd: int | None) -> int | None:
     try:
-        info = os.lstat(path)
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return None
     return info.st_size if stat.S_ISREG(info.st_mode) else None

@@ -554,6 +554,9 @@ class AsyncConsole(NotCopyable):
         if self._meter is not None:
             self._meter.close()
         self._cells.close()
+        self._observer.events.close()
+        if self._observer.outcomes is not None:
+            self._observer.outcomes.close()
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 

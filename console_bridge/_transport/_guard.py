@@ -1,10 +1,11 @@
 """A JSON-RPC guard between a transport and the MCP session.
 
 It records the id of every request the client sends and checks every reply the
-server sends: a reply to an id that is not outstanding, or a line that is not a
-JSON-RPC message, is a desynchronisation. The guard reports it (the connection is
-then closed) and forwards nothing more, so one request's reply can never be handed
-to another. It also notices ``notifications/tools/list_changed``.
+server sends, inline as the session writes and reads the transport's streams: a
+reply to an id that is not outstanding, or a line that is not a JSON-RPC message,
+is a desynchronisation. The guard reports it (the connection is then closed) and
+passes nothing more on, so one request's reply can never be handed to another. It
+also notices ``notifications/tools/list_changed``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 import anyio
 import mcp_types
 from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
 __all__ = ["Guard"]
@@ -26,7 +26,8 @@ TOOLS_CHANGED = "notifications/tools/list_changed"
 
 @dataclass
 class Guard:
-    """Pumps messages both ways, checking each reply against the outstanding requests."""
+    """Checks each message where it passes, inline: no pump tasks and no extra streams between the
+    transport and the session (each hop cost an event-loop iteration per message)."""
 
     on_violation: Callable[[str], None]
     on_tools_changed: Callable[[], None]
@@ -38,18 +39,18 @@ class Guard:
         tg: TaskGroup,
         transport_read: ObjectReceiveStream[SessionMessage | Exception],
         transport_write: ObjectSendStream[SessionMessage],
-    ) -> tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]:
-        to_session, session_read = anyio.create_memory_object_stream[SessionMessage | Exception](16)
-        session_write, from_session = anyio.create_memory_object_stream[SessionMessage](16)
-        self._session_ends = (session_read, session_write)
-        tg.start_soon(self._inbound, transport_read, to_session)
-        tg.start_soon(self._outbound, from_session, transport_write)
-        return session_read, session_write
+    ) -> tuple[ObjectReceiveStream[SessionMessage | Exception], ObjectSendStream[SessionMessage]]:
+        """The session's ends: the transport's streams, checked as the session uses them (``tg`` unused:
+        kept so callers need not change)."""
+        del tg
+        self._session_ends = (_CheckedRead(self, transport_read), _CheckedWrite(self, transport_write))
+        return self._session_ends
 
     async def aclose(self) -> None:
-        """Close the session's ends of the streams (the pumps then finish)."""
+        """Close the session's ends of the streams."""
         for stream in getattr(self, "_session_ends", ()):
-            await stream.aclose()
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await stream.aclose()
 
     def _violate(self, reason: str) -> None:
         if not self.violated:
@@ -68,36 +69,50 @@ class Guard:
             self.outstanding.discard(request_id)
         return None
 
-    async def _inbound(
-        self,
-        source: ObjectReceiveStream[SessionMessage | Exception],
-        sink: MemoryObjectSendStream[SessionMessage | Exception],
-    ) -> None:
-        async with sink, source:
-            with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                async for item in source:
-                    if self.violated:
-                        return
-                    reason = self.check(item)
-                    if reason is not None:
-                        self._violate(reason)
-                        return
-                    assert isinstance(item, SessionMessage)
-                    message = item.message
-                    if isinstance(message, mcp_types.JSONRPCNotification) and message.method == TOOLS_CHANGED:
-                        self.on_tools_changed()
-                    await sink.send(item)
 
-    async def _outbound(
-        self,
-        source: MemoryObjectReceiveStream[SessionMessage],
-        sink: ObjectSendStream[SessionMessage],
-    ) -> None:
-        with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            async with source:
-                async for item in source:
-                    if isinstance(item.message, mcp_types.JSONRPCRequest):
-                        self.outstanding.add(item.message.id)
-                    await sink.send(item)
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await sink.aclose()
+class _CheckedRead(ObjectReceiveStream[SessionMessage | Exception]):
+    """The transport's read stream as the session sees it: a message that desynchronises the
+    stream is reported and ends it (the session sees end of stream; nothing more is passed on)."""
+
+    def __init__(self, guard: Guard, source: ObjectReceiveStream[SessionMessage | Exception]) -> None:
+        self._guard = guard
+        self._source = source
+
+    async def receive(self) -> SessionMessage | Exception:
+        guard = self._guard
+        if guard.violated:
+            raise anyio.EndOfStream
+        try:
+            item = await self._source.receive()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise anyio.EndOfStream from None
+        reason = guard.check(item)
+        if reason is not None:
+            guard._violate(reason)
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await self._source.aclose()
+            raise anyio.EndOfStream
+        assert isinstance(item, SessionMessage)
+        message = item.message
+        if isinstance(message, mcp_types.JSONRPCNotification) and message.method == TOOLS_CHANGED:
+            guard.on_tools_changed()
+        return item
+
+    async def aclose(self) -> None:
+        await self._source.aclose()
+
+
+class _CheckedWrite(ObjectSendStream[SessionMessage]):
+    """The transport's write stream as the session sees it: every request id is recorded as sent."""
+
+    def __init__(self, guard: Guard, sink: ObjectSendStream[SessionMessage]) -> None:
+        self._guard = guard
+        self._sink = sink
+
+    async def send(self, item: SessionMessage) -> None:
+        if isinstance(item.message, mcp_types.JSONRPCRequest):
+            self._guard.outstanding.add(item.message.id)
+        await self._sink.send(item)
+
+    async def aclose(self) -> None:
+        await self._sink.aclose()

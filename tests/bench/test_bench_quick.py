@@ -39,7 +39,15 @@ METRICS = {
     "probe_cell_ms",
     "probe_share_of_cold_start",
 }
-TARGETS = {"warm_rtt_ratio", "cold_start_ratio", "run_completion_lag", "idle_close", "cancel"}
+TARGETS = {
+    "warm_rtt_ratio",
+    "warm_rtt_p95_ratio",
+    "cold_start_ratio",
+    "concurrency_ratio",
+    "run_completion_lag",
+    "idle_close",
+    "cancel",
+}
 
 
 @pytest.mark.console

@@ -188,3 +188,16 @@ def test_a_worker_preparation_phase_is_read_from_the_trailing_block() -> None:
     assert split_response(preparing, ended=False).starting
     running = "\n[elapsed: 2.8s since admission; no new output]\n[running; poll with an empty send]"
     assert not split_response(running, ended=False).starting
+
+
+def test_event_timestamps_read_without_parsing_match_the_parsed_value() -> None:
+    from console_bridge._console._events import _timestamp
+
+    line = b'{"event":"cell_started","owner":{"cell_id":4},"sequence":9,"at":"2026-12-01T10:12:15.716447762Z"}'
+    assert _timestamp(line) == pytest.approx(1796119935.716447762, abs=1e-6)
+    assert _timestamp(line.replace(b".716447762", b"")) == 1796119935.0
+    # not the line's last key (a nested "at" after the top level's): parsed, the top level's value
+    nested = b'{"at":"2026-11-30T05:47:40.5Z","x":{"at":"2020-01-01T00:00:00Z"}}'
+    assert _timestamp(nested) == pytest.approx(1796017660.5)
+    assert _timestamp(b'{"at":"2026-13-01T10:12:15Z"}') is None
+    assert _timestamp(b"not json") is None
