@@ -216,11 +216,28 @@ def apply_plan(plan: dict[str, Any]) -> None:
             _dev(root)
         elif kind == "proc":
             _bind("/proc", target, writable=True)
+        elif kind == "shim":
+            _shim(target, [str(source) for source in step["sources"]], set(step["hide"]))
         else:
             raise SetupError(f"unknown mount plan step {kind!r}")
     if os.path.lexists(root + "/.cb-empty"):  # the masks hold it; nothing else needs its name
         os.unlink(root + "/.cb-empty")
     _pivot(root)
+
+
+def _shim(target: str, sources: list[str], hide: set[str]) -> None:
+    """A PATH folder of symlinks to every command of ``sources`` (first one wins) but ``hide``."""
+    _makedirs(target)
+    made: set[str] = set(hide)
+    for source in sources:
+        try:
+            names = os.listdir(source)
+        except OSError:
+            continue
+        for name in names:
+            if name not in made:
+                made.add(name)
+                os.symlink(f"{source}/{name}", f"{target}/{name}")
 
 
 def _pivot(root: str) -> None:

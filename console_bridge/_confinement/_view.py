@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RUNTIME_DIRS", "View", "ViewEntry", "build_view", "etc_secrets"]
+__all__ = ["RUNTIME_DIRS", "SHIM_DIR", "View", "ViewEntry", "build_view", "etc_secrets"]
 
 #: The operating system runtime every view holds (those that exist; symlinks kept as symlinks).
 RUNTIME_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -36,6 +36,8 @@ RUNTIME_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", 
 _ETC_DEPTH = 4
 #: The server's own /tmp inside the view (a folder or two; cells cannot write it).
 _SERVER_TMP = 64 << 20
+#: Where the server's PATH points when commands are hidden (a folder of symlinks in the view's root).
+SHIM_DIR = "/.console-bridge/path"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,14 @@ class View:
     tmpdir_size: int | None = None
     home: str = ""
     extra_dirs: tuple[str, ...] = field(default=())
+    #: The server's PATH, when commands are hidden: one folder of symlinks to ``path_dirs``' entries.
+    path_dirs: tuple[str, ...] = ()
+    hidden_commands: tuple[str, ...] = ()
+
+    @property
+    def search_path(self) -> str | None:
+        """The PATH the server gets in this view (None: the host's PATH as it is)."""
+        return SHIM_DIR if self.hidden_commands else None
 
     def contains(self, path: str | os.PathLike[str]) -> bool:
         """True when ``path`` (absolute, normalised) has a name inside the view."""
@@ -88,6 +98,10 @@ class View:
         steps.append({"op": "proc", "path": "/proc"})
         if self.tmpdir:
             steps.append({"op": "tmpfs", "path": self.tmpdir, "mode": 0o700, "size": self.tmpdir_size})
+        if self.hidden_commands:
+            steps.append(
+                {"op": "shim", "path": SHIM_DIR, "sources": list(self.path_dirs), "hide": list(self.hidden_commands)}
+            )
         for mask in self.masks:
             steps.append({"op": "mask", "path": mask})
         return {"root": self.root, "steps": steps}
@@ -153,12 +167,17 @@ def build_view(
     masks: Iterable[str] = (),
     runtime: Sequence[str] = RUNTIME_DIRS,
     etc_masks: Sequence[str] | None = None,
+    search_path: str | None = None,
+    hide_commands: Sequence[str] = (),
 ) -> View:
     """The view of one session (reads the host only to tell folders, files and symlinks apart).
 
     ``environments`` are (path, why) pairs of interpreter installations (the worker venv, its
     base, R's folders, mcp-console's installation); ``files`` single files the server or
     worker must read (the R hook profile). Paths that do not exist are left out.
+    ``hide_commands`` (e.g. R when a session does not ask for it) are left out of the server's
+    PATH: the folders of ``search_path`` that are in the view become one folder of symlinks
+    without them (mcp-console discovers R through PATH at every start, seconds of work).
     """
     entries: dict[str, ViewEntry] = {}
     symlinks: list[tuple[str, str]] = []
@@ -204,6 +223,14 @@ def build_view(
     tmp = _norm(tmpdir) if tmpdir is not None else ""
     home_text = _norm(home) if home is not None else ""
     extra = (home_text,) if home_text and not any(_inside(home_text, e.path) for e in kept) else ()
+    view_paths = [e.path for e in kept] + [link for link, _ in symlinks]
+    path_dirs = tuple(
+        dict.fromkeys(
+            os.path.normpath(d)
+            for d in (search_path or "").split(os.pathsep)
+            if d and os.path.isabs(d) and any(_inside(os.path.normpath(d), p) for p in view_paths)
+        )
+    )
     return View(
         root=_norm(root),
         entries=tuple(kept),
@@ -213,6 +240,8 @@ def build_view(
         tmpdir_size=tmpdir_size,
         home=home_text,
         extra_dirs=extra,
+        path_dirs=path_dirs if hide_commands else (),
+        hidden_commands=tuple(hide_commands),
     )
 
 

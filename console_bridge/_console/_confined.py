@@ -113,6 +113,7 @@ class SessionConfinement:
         workspace_writable: bool,
         writable_roots: list[Path],
         read_roots: list[Path],
+        search_path: str | None = None,
     ) -> Supervision:
         """Build the session's view and deny list; what the supervisor gets (blocking)."""
         assert self.entry is not None and self.confinement is not None
@@ -136,6 +137,9 @@ class SessionConfinement:
             tmpdir_size=self.confinement.tmpfs_size,
             home=Path.home(),
             masks=[expand_deny(item, self.workspace) for item in self.deny_read],
+            # R not asked for: mcp-console would discover it through PATH at every start (seconds)
+            search_path=search_path,
+            hide_commands=() if "r" in languages else ("R", "Rscript"),
         )
         default_recordings = Path(platformdirs.user_data_dir("console-bridge"))
         denied = deny_paths(
@@ -154,6 +158,11 @@ class SessionConfinement:
         plan = self.view.plan()
         plan["user_namespace"] = self.confinement.host.user_namespace
         return Supervision(self.confinement, self.entry.tmpdir, (self.entry.path,), plan)
+
+    def path_env(self) -> dict[str, str]:
+        """``{"PATH": ...}`` when the view hides commands from the server's PATH, else nothing."""
+        path = self.view.search_path if self.view is not None else None
+        return {"PATH": path} if path is not None else {}
 
     @property
     def cache_dir(self) -> Path:

@@ -368,6 +368,7 @@ class AsyncConsole(NotCopyable):
                     workspace_writable=self._profile.base == "workspace",
                     writable_roots=[*self._roots, *self._profile_writable()],
                     read_roots=self._read_roots,
+                    search_path=self._env.get("PATH") or base_environment().get("PATH"),
                 )
             )
             argv, self._expected = self._serve_args(binary, python)
@@ -382,6 +383,7 @@ class AsyncConsole(NotCopyable):
                     "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),
                     "XDG_CACHE_HOME": str(self._confined.cache_dir),
                 }
+                | self._confined.path_env()
             )
             config = {
                 "mcpServers": {
