@@ -12,7 +12,7 @@ from console_bridge._errors import LaunchRefused
 
 __all__ = ["LIMIT_NAMES", "LimitReport", "Limits", "limits_from_mapping", "parse_size"]
 
-LIMIT_NAMES = ("memory", "processes", "cpu", "tmpdir", "recording")
+LIMIT_NAMES = ("memory", "processes", "cpu", "tmpdir", "recording", "writes")
 _UNITS = {
     "": 1,
     "b": 1,
@@ -73,6 +73,10 @@ class Limits:
     cpu: float | None = None
     tmpdir: int | str | None = "2GiB"
     recording: int | str | None = "256MiB"
+    #: Bytes a session may add to its writable workspace and roots. No mechanism holds it yet (a
+    #: write layer is issue 20's work), so the default is None and a value is refused unless
+    #: ``enforce="best_effort"``, which reports it as not enforced.
+    writes: int | str | None = None
     enforce: Literal["strict", "required", "best_effort"] = "required"
 
     def __post_init__(self) -> None:
@@ -80,7 +84,7 @@ class Limits:
             raise LaunchRefused(
                 f"Limits.enforce must be 'strict', 'required' or 'best_effort', not {self.enforce!r}"
             )
-        for name in ("memory", "tmpdir", "recording"):
+        for name in ("memory", "tmpdir", "recording", "writes"):
             parse_size(getattr(self, name), name)
         processes = self.processes
         if processes is not None and (

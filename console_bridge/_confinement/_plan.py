@@ -56,6 +56,7 @@ _FIX = {
     "cpu": "run where a cgroup with the cpu controller is writable or a systemd manager runs, or set cpu=None",
     "tmpdir": "set tmpdir=None",
     "recording": "set recording=None",
+    "writes": "set writes=None (a read-only profile writes nothing to the workspace)",
 }
 
 
@@ -164,6 +165,7 @@ def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = No
         "cpu": limits.cpu,
         "tmpdir": tmpdir,
         "recording": recording,
+        "writes": limits.bytes("writes"),
     }
     wanted = {name for name in ("memory", "processes", "cpu") if values[name] is not None}
     groups = create_session_cgroups(session_id, memory=memory, processes=limits.processes, cpu=limits.cpu)
@@ -232,6 +234,12 @@ def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = No
         rlimits["fsize"] = recording
         reports["recording"] = LimitReport(recording, "rlimit", "RLIMIT_FSIZE: each raw output file of the recording")
         weak["recording"] = "RLIMIT_FSIZE caps each raw output file, not the recording's total"
+    writes = limits.bytes("writes")
+    if writes is None:
+        reports["writes"] = LimitReport(None, None)
+    else:
+        missing["writes"] = "no mechanism caps the bytes written to the workspace and writable roots yet"
+        reports["writes"] = LimitReport(writes, None, missing["writes"])
     confinement = Confinement(
         limits,
         {n: reports[n] for n in LIMIT_NAMES},

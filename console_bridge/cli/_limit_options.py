@@ -23,6 +23,12 @@ _OPTIONS = (
     click.option("--tmpdir-limit", type=ByteSize(), help="Bytes the session may write to its private TMPDIR."),
     click.option("--recording-limit", type=ByteSize(), help="Raw output kept per recording file."),
     click.option(
+        "--writes-limit",
+        type=ByteSize(),
+        help="Bytes the code may add to a writable workspace and roots (no mechanism holds it yet: refused "
+        "unless --best-effort).",
+    ),
+    click.option(
         "--best-effort",
         is_flag=True,
         help="Start even where a limit cannot be enforced on this host (status and doctor say what holds).",
@@ -43,7 +49,8 @@ _OPTIONS = (
 
 
 def limit_options(func: F) -> F:
-    """Add ``--memory --processes --cpu --tmpdir-limit --recording-limit --best-effort --strict --read-root``."""
+    """Add ``--memory --processes --cpu --tmpdir-limit --recording-limit --writes-limit --best-effort --strict
+    --read-root``."""
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
@@ -57,6 +64,7 @@ def limits_from_options(profile: str, options: dict[str, Any]) -> Limits | None:
         "cpu": options.get("cpu"),
         "tmpdir": options.get("tmpdir_limit"),
         "recording": options.get("recording_limit"),
+        "writes": options.get("writes_limit"),
     }
     changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if options.get("best_effort") and options.get("strict"):
