@@ -379,9 +379,14 @@ def find_entry(session_id: str) -> SessionEntry | None:
     return None
 
 
-def _remove_folder(folder: Path) -> None:
-    # A tmpfs TMPDIR lived in the dead supervisor's private mount namespace: here it is a plain folder.
-    shutil.rmtree(folder, ignore_errors=True)
+def _remove_folder(folder: Path, attempts: int = 20) -> None:
+    # A tmpfs TMPDIR lived in the dead session's private mount namespace: here it is a plain folder.
+    # A process of the tree that is still being reaped may add a file while it goes: try again.
+    for _ in range(attempts):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.lexists(folder):
+            return
+        time.sleep(0.05)
 
 
 @dataclass
