@@ -200,14 +200,16 @@ def build_view(
             add(item, "operating system runtime")
     for path, why in environments:
         add(path, why)
-    for path, why in files:
+    files_list = list(files)
+    server_dirs_list = list(server_dirs)
+    for path, why in files_list:
         add(path, why)
     add(workspace, "workspace", workspace_writable)
     for path in read_roots:
         add(path, "read root")
     for path in writable_roots:
         add(path, "writable root", True)
-    for path, why in server_dirs:
+    for path, why in server_dirs_list:
         add(path, why, True)
     if recording_base is not None:
         add(recording_base, "recordings (the server writes them; cells are denied them)", True)
@@ -220,6 +222,11 @@ def build_view(
         kept.append(entry)
     secrets = list(etc_secrets() if etc_masks is None else etc_masks)
     all_masks = [m for m in dict.fromkeys([*secrets, *(_norm(m) for m in masks)])]
+    # Never mask what holds the session's own folders (a state folder inside the recordings folder or
+    # the workspace): mcp-console's deny rules keep those from cells, the server must still write them.
+    own = [_norm(p) for p in (tmpdir, recording_base) if p is not None]
+    own += [_norm(p) for p, _ in server_dirs_list] + [_norm(p) for p, _ in files_list]
+    all_masks = [m for m in all_masks if not any(_inside(place, m) for place in own)]
     tmp = _norm(tmpdir) if tmpdir is not None else ""
     home_text = _norm(home) if home is not None else ""
     extra = (home_text,) if home_text and not any(_inside(home_text, e.path) for e in kept) else ()

@@ -217,3 +217,21 @@ def test_a_confinement_that_cannot_be_set_up_is_a_refusal(tmp_path: Path) -> Non
     assert "pivot_root" in str(refusal) and "doctor" in str(refusal) and "Nothing ran" in str(refusal)
     other = ConnectionClosed("initialize: server 'mcp-console' crashed", stderr_tail="segfault")
     assert console._confinement_refusal(other) is other
+
+
+def test_a_mask_never_covers_the_sessions_own_folders(host_tree: Path) -> None:
+    """A state folder inside the recordings folder (a denied place) must stay writable for the server:
+    mcp-console's deny rules keep it from cells, the view does not mask it."""
+    recordings = host_tree / "rec"
+    cache = recordings / "state" / "sessions" / "s1" / "cache"
+    cache.mkdir(parents=True)
+    view = _view(
+        host_tree,
+        recording_base=recordings,
+        server_dirs=[(cache, "cache")],
+        tmpdir=recordings / "state" / "sessions" / "s1" / "tmp",
+        masks=[str(recordings / "state")],
+    )
+    masks = view.masks  # type: ignore[attr-defined]
+    assert str(recordings / "state") not in masks
+    assert view.contains(cache)  # type: ignore[attr-defined]
