@@ -97,7 +97,13 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
     os.environ["CONSOLE_BRIDGE_STATE_DIR"] = str(scratch / "state")
     os.makedirs("/tmp/ray", exist_ok=True)
     report: dict[str, Any] = {"plan": plan, "errors": [], "targets": {}}
-    options = {"command": str(binary), "recordings_dir": str(scratch), "warm": 0}
+    # The recordings and the workspace beside the state folder, not around it (a session's private
+    # folder inside its own recordings folder is hidden from its server: mcp-console then cannot
+    # create its cache there, "Read-only file system").
+    recordings, workspace = scratch / "recordings", scratch / "workspace"
+    recordings.mkdir()
+    workspace.mkdir()
+    options = {"command": str(binary), "recordings_dir": str(recordings), "warm": 0}
     started = time.perf_counter()
     node = {**NODE, "resources": {"console_sessions": per_node}}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
@@ -112,7 +118,7 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
         async with (
             RaySessionManager(**options) as manager,
             manager.session(owner=Owner("bench")) as remote,
-            AsyncConsole(scratch, command=binary, recordings_dir=scratch) as local,
+            AsyncConsole(workspace, command=binary, recordings_dir=recordings) as local,
         ):
             for console in (remote, local):
                 for _ in range(5):
@@ -144,7 +150,7 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
             nodes = sorted({c.node_id for c in remotes})
             ray_wall = await _cells(remotes, cells)
         log(f"ray: {n} sessions opened in {ray_open:.1f} s on {len(nodes)} nodes; cells in {ray_wall:.2f} s")
-        async with AsyncSessionManager(scratch, max_sessions=n, **options) as local_manager:
+        async with AsyncSessionManager(workspace, max_sessions=n, **options) as local_manager:
             t0 = time.perf_counter()
             locals_ = await _open_all(lambda i: local_manager.open(owner=Owner(f"l{i}")), n)
             local_open = time.perf_counter() - t0
