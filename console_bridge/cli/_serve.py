@@ -17,7 +17,7 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,30 +120,74 @@ async def serve_stdio(config: ServeConfig) -> None:
     from mcp.server.stdio import stdio_server
 
     identity = Owner("mcp-stdio")
-    async with _manager(config, warm=config.warm or 0) as manager:
-        # One client: the console claimed at launch teaches the tools and serves its first claim.
-        first = await manager.open(owner=identity)
-        template = learn(first, config.lifetimes)
-        consoles = Consoles(manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout, spare=first)
-        caller = Caller(identity=identity, session="stdio")
-        server = build_server(consoles, template, lambda _ctx: caller, config.serve_options)
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_cancel_on_signals, tg.cancel_scope)
-                tg.start_soon(consoles.run)
-                wire = stdio_pipes() if pipes_on_stdio() else stdio_server()
-                async with wire as (read_stream, write_stream):
-                    await server.run(read_stream, write_stream, server.create_initialization_options())
-                tg.cancel_scope.cancel()
-        finally:
-            await consoles.aclose()
+    async with anyio.create_task_group() as signals:
+        signals.start_soon(_on_signals, _Stop(signals.cancel_scope))  # from launch on: a signal is a clean stop
+        async with _manager(config, warm=config.warm or 0) as manager:
+            # One client: the console claimed at launch teaches the tools and serves its first claim.
+            first = await manager.open(owner=identity)
+            template = learn(first, config.lifetimes)
+            consoles = Consoles(
+                manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout, spare=first
+            )
+            caller = Caller(identity=identity, session="stdio")
+            server = build_server(consoles, template, lambda _ctx: caller, config.serve_options)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(consoles.run)
+                    wire = stdio_pipes() if pipes_on_stdio() else stdio_server()
+                    async with wire as (read_stream, write_stream):
+                        await server.run(read_stream, write_stream, server.create_initialization_options())
+                    tg.cancel_scope.cancel()
+            finally:
+                manager.warm = 0  # stopping: closing a console must not start a warm-up to replace it
+                await consoles.aclose()
+        signals.cancel_scope.cancel()
 
 
-async def _cancel_on_signals(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for _ in signals:
-            scope.cancel()
-            return
+@dataclass
+class _Stop:
+    """What a SIGTERM/SIGINT does: cancel ``scope`` (launch, stdio), or ``graceful`` once HTTP serves."""
+
+    scope: anyio.CancelScope
+    graceful: Callable[[], Awaitable[None]] | None = None
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_EARLY: list[int] = []  # signals that came before the event loop listened (see _held_signals)
+
+
+@contextlib.contextmanager
+def _held_signals() -> Iterator[None]:
+    """Until the event loop listens, a signal is kept (and acted on then), not fatal; the previous
+    handlers are put back at the end."""
+    previous = {sig: signal.signal(sig, lambda received, _frame: _EARLY.append(received)) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _EARLY.clear()
+
+
+async def _on_signals(stop: _Stop, identities: Identities | None = None) -> None:
+    async def act(sig: int) -> bool:
+        if sig == signal.SIGHUP and identities is not None and identities.path is not None:
+            _info(identities.reload())
+            return False
+        if stop.graceful is None:
+            stop.scope.cancel()
+        else:
+            await stop.graceful()
+        return True
+
+    with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+        early, _EARLY[:] = list(_EARLY), []
+        for sig in early:
+            if await act(sig):
+                return
+        async for sig in signals:
+            if await act(sig):
+                return
 
 
 # ------------------------------------------------------------------ HTTP
@@ -208,14 +252,23 @@ def _token(config: ServeConfig) -> Iterator[Identities]:
 
 
 async def serve_http(config: ServeConfig, identities: Identities, sock: socket.socket) -> None:
-    manager = _manager(config, warm=config.warm if config.warm is not None else 1)
-    async with manager:
-        template = await learn_template(config)  # while the pool warms its first console
-        await _serve_http(config, identities, sock, manager, template)
+    async with anyio.create_task_group() as signals:
+        stop = _Stop(signals.cancel_scope)  # a signal during the launch cancels it (all it started is closed)
+        signals.start_soon(_on_signals, stop, identities)
+        manager = _manager(config, warm=config.warm if config.warm is not None else 1)
+        async with manager:
+            template = await learn_template(config)  # while the pool warms its first console
+            await _serve_http(config, identities, sock, manager, template, stop)
+        signals.cancel_scope.cancel()
 
 
 async def _serve_http(
-    config: ServeConfig, identities: Identities, sock: socket.socket, manager: AsyncSessionManager, template: Template
+    config: ServeConfig,
+    identities: Identities,
+    sock: socket.socket,
+    manager: AsyncSessionManager,
+    template: Template,
+    stop: _Stop,
 ) -> None:
     import uvicorn
 
@@ -239,21 +292,29 @@ async def _serve_http(
     uv_config = uvicorn.Config(gate, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     uv_server = _Server(uv_config)
 
-    async def stop_on_signals() -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async for sig in signals:
-                if sig == signal.SIGHUP and identities.path is not None:
-                    _info(identities.reload())
-                    continue
-                uv_server.should_exit = True
-                return
+    async def graceful() -> None:
+        uv_server.should_exit = True
+        await _stop_clients(manager, consoles, gate)
 
+    stop.graceful = graceful
     async with anyio.create_task_group() as tg:
         tg.start_soon(consoles.run)
-        tg.start_soon(stop_on_signals)
         await uv_server.serve(sockets=[sock])
         tg.cancel_scope.cancel()
     await consoles.aclose()
+
+
+async def _stop_clients(manager: AsyncSessionManager, consoles: Consoles, gate: Gate) -> None:
+    """Serve is stopping: interrupt every cell and close every console (recordings finalized), so a
+    send in flight returns a tool error at once, then end the MCP sessions' streams; uvicorn's
+    graceful shutdown then finds no request left to cut off."""
+    manager.warm = 0  # closing a console must not start a warm-up to replace it (cut off, unfinalized)
+    await consoles.aclose()
+    sessions = getattr(gate.sdk, "_server_instances", {})  # the SDK has no public "terminate all"
+    with anyio.CancelScope(shield=True):
+        for transport in list(sessions.values()):
+            with contextlib.suppress(Exception):
+                await transport.terminate()
 
 
 def _bind_socket(host: str, port: int) -> socket.socket:
@@ -271,6 +332,11 @@ def _bind_socket(host: str, port: int) -> socket.socket:
 
 
 def execute(config: ServeConfig) -> int:
+    with _held_signals():
+        return _execute(config)
+
+
+def _execute(config: ServeConfig) -> int:
     try:
         AsyncConsole(config.workspace, **config.console_options)  # every option checked; nothing started
         if config.transport == "stdio":
@@ -320,6 +386,10 @@ in the audit log, the unit of --max-per-client; its consoles and MCP sessions
 are refused to others); else one token (--token-file, or a fresh one written to
 a 0600 file whose path is printed). Browser origins other than localhost are
 refused unless --allow-origin.
+SIGTERM or SIGINT (either transport, at any moment): running cells are
+interrupted, every console is closed (recordings finalized), a call in flight
+gets a tool error or the end of its stream, and serve exits 0 (the generated
+token file removed).
 
 \b
 Time limits (both transports): --idle-timeout (no call and no running cell),
