@@ -55,14 +55,17 @@ class SessionUsage:
 class _Counter:
     """One counter file, opened once, re-read with pread (``key``: a line of a flat-keyed file)."""
 
-    def __init__(self, path: Path, key: str | None = None, *, writable: bool = False) -> None:
+    def __init__(
+        self, path: Path, key: str | None = None, *, writable: bool = False, write_only: bool = False
+    ) -> None:
         self.path, self.key = path, key
         self._fd: int | None = None
-        self._writable = writable
+        # (/proc/PID/clear_refs is mode 0200: opened for reading too it is refused to a normal user)
+        self._mode = "w" if write_only else "rw" if writable else "r"
 
     def _open(self) -> int:
         if self._fd is None:
-            flags = (os.O_RDWR if self._writable else os.O_RDONLY) | os.O_CLOEXEC
+            flags = {"r": os.O_RDONLY, "rw": os.O_RDWR, "w": os.O_WRONLY}[self._mode] | os.O_CLOEXEC
             self._fd = os.open(self.path, flags)
         return self._fd
 
@@ -199,7 +202,7 @@ class WorkerMeter:
                     if len(argv) > 1 and argv[1] == "worker" and os.path.basename(argv[0]) == "mcp-console":
                         folder = Path(f"/proc/{proc.pid}")
                         return _Counter(folder / "stat"), _Counter(folder / "status"), _Counter(
-                            folder / "clear_refs", writable=True
+                            folder / "clear_refs", write_only=True
                         )
         return None
 
