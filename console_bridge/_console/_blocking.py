@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -129,3 +130,15 @@ class Console(NotCopyable):
     def tools(self) -> list[ToolHandle]:
         self._check()
         return [self._portal.blocking_handle(h) for h in self._async.tools()]
+
+
+def _mirror(names: tuple[str, ...]) -> None:
+    """Give the blocking methods the async methods' signatures and docstrings (``help(Console.run)``
+    shows the real parameters, not ``**kwargs``); the behaviour is the async method's, through the portal."""
+    for name in names:
+        blocking, original = getattr(Console, name), getattr(AsyncConsole, name)
+        blocking.__signature__ = inspect.signature(original)
+        blocking.__doc__ = original.__doc__
+
+
+_mirror(("__init__", "send", "poll", "run", "interrupt", "restart", "put_file", "get_file", "list_files", "status"))
