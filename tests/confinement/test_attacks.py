@@ -377,6 +377,11 @@ async def test_setsid_descendants_whose_parent_dies_fast_never_escape(workspace:
     async with _console(workspace, recordings_dir=recordings, limits=Limits(processes=1024)) as console:
         out = await console.run(python=code, timeout=60)
         assert "spawned" in out.text
+        # each grandchild execs `sleep` after its parent was reaped: on a loaded host a few may not
+        # have exec'd yet when the cell returns (bounded wait on what the kernel shows)
+        ready = time.monotonic() + 10
+        while len(_sleepers(token)) < 200 and time.monotonic() < ready:
+            time.sleep(0.05)
         assert len(_sleepers(token)) == 200
         await _works(console)
     deadline = time.monotonic() + 3
