@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from console_bridge import AsyncConsole, LaunchRefused, Limits
+from tests.confinement.conftest import plant_home
 from tests.conftest import ROOT
 from tests.console.conftest import binary_for
 
@@ -34,13 +35,8 @@ TREE_WIDE = ("cgroup1", "cgroup2", "systemd-scope", "userns-rlimit")
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A temporary HOME holding credential stores with canaries."""
-    path = tmp_path / "home"
-    for name in (".ssh/id_rsa", ".aws/credentials", ".netrc", ".config/gh/hosts.yml", ".kube/config"):
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f"{CANARY} {name}\n")
-    monkeypatch.setenv("HOME", str(path))
-    return path
+    places = (".ssh/id_rsa", ".aws/credentials", ".netrc", ".config/gh/hosts.yml", ".kube/config")
+    return plant_home(tmp_path, monkeypatch, places, CANARY)
 
 
 def _console(workspace: Path, version: str = "0.0.6", **kwargs: object) -> AsyncConsole:

@@ -14,22 +14,11 @@ from pathlib import Path
 import pytest
 
 from console_bridge import LaunchRefused, Limits
-from console_bridge._confinement._host import HostKind, detect_host, userns_problem
+from console_bridge._confinement._host import detect_host, userns_problem
 from console_bridge._confinement._plan import plan_confinement, supervisor_command
 from console_bridge._confinement._view import build_view, etc_secrets
+from tests.confinement.conftest import host_kind
 
-
-def _host(**changes: object) -> HostKind:
-    facts: dict[str, object] = {
-        "platform": "linux",
-        "uid": 1000,
-        "privileged": False,
-        "userns_problem": None,
-        "cgroup_v2": True,
-        "systemd": None,
-    }
-    facts.update(changes)
-    return HostKind(**facts)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -41,7 +30,7 @@ def no_cgroups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_normal_user_without_cgroups_gets_rlimits_it_names(no_cgroups: Path) -> None:
-    plan = plan_confinement(Limits(), "t-normal", _host())
+    plan = plan_confinement(Limits(), "t-normal", host_kind())
     reports = plan.report_dict()
     assert reports["processes"]["enforced_by"] == "userns-rlimit"
     assert "user namespace" in reports["processes"]["note"]
@@ -53,22 +42,22 @@ def test_a_normal_user_without_cgroups_gets_rlimits_it_names(no_cgroups: Path) -
 
 def test_strict_refuses_a_per_process_rlimit_and_names_the_way_out(no_cgroups: Path) -> None:
     with pytest.raises(LaunchRefused) as info:
-        plan_confinement(Limits(enforce="strict", recording=None), "t-strict", _host())
+        plan_confinement(Limits(enforce="strict", recording=None), "t-strict", host_kind())
     message = str(info.value)
     assert "memory" in message and "whole session tree" in message and "RLIMIT_AS" in message
     assert "enforce='strict'" in message and "Nothing was started" in message
 
 
 def test_strict_accepts_tree_wide_mechanisms(no_cgroups: Path) -> None:
-    plan = plan_confinement(Limits(enforce="strict", memory=None, recording=None), "t-strict2", _host())
+    plan = plan_confinement(Limits(enforce="strict", memory=None, recording=None), "t-strict2", host_kind())
     assert plan.mechanism("processes") == "userns-rlimit" and plan.mechanism("tmpdir") == "tmpfs"
 
 
 def test_root_without_cgroups_cannot_count_processes(no_cgroups: Path) -> None:
     with pytest.raises(LaunchRefused) as info:
-        plan_confinement(Limits(memory=None), "t-root", _host(uid=0, privileged=True))
+        plan_confinement(Limits(memory=None), "t-root", host_kind(uid=0, privileged=True))
     assert "processes" in str(info.value) and "best_effort" in str(info.value)
-    plan = plan_confinement(Limits(enforce="best_effort"), "t-root2", _host(uid=0, privileged=True))
+    plan = plan_confinement(Limits(enforce="best_effort"), "t-root2", host_kind(uid=0, privileged=True))
     assert plan.mechanism("processes") is None and plan.mechanism("memory") == "rlimit"
 
 
@@ -76,7 +65,7 @@ def test_a_systemd_user_manager_puts_the_session_in_a_scope_of_its_own(
     no_cgroups: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
-    plan = plan_confinement(Limits(memory="1GiB", processes=64, cpu=1.5), "t-scope", _host(systemd="user"))
+    plan = plan_confinement(Limits(memory="1GiB", processes=64, cpu=1.5), "t-scope", host_kind(systemd="user"))
     assert {plan.mechanism(name) for name in ("memory", "processes", "cpu")} == {"systemd-scope"}
     assert plan.scope is not None
     argv = supervisor_command(["/bin/true"], cwd=None, grace=1.0, confinement=plan)
@@ -99,10 +88,10 @@ def test_no_user_namespaces_refuses_every_session_with_the_setting(
     problem = userns_problem()
     assert problem is not None and "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in problem
     with pytest.raises(LaunchRefused) as info:
-        plan_confinement(Limits(enforce="best_effort"), "t-apparmor", _host(userns_problem=problem))
+        plan_confinement(Limits(enforce="best_effort"), "t-apparmor", host_kind(userns_problem=problem))
     assert "apparmor_restrict_unprivileged_userns" in str(info.value) and "doctor" in str(info.value)
     # root does not need user namespaces
-    plan_confinement(Limits(enforce="best_effort"), "t-apparmor-root", _host(uid=0, privileged=True,
+    plan_confinement(Limits(enforce="best_effort"), "t-apparmor-root", host_kind(uid=0, privileged=True,
                                                                             userns_problem=problem))
     (sysctl / "kernel" / "apparmor_restrict_unprivileged_userns").write_text("0\n")
     (sysctl / "user").mkdir()

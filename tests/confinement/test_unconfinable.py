@@ -23,25 +23,15 @@ import psutil
 import pytest
 
 from console_bridge import AsyncConsole, AsyncSessionManager, Console, LaunchRefused, SessionManager
-from console_bridge._confinement._host import HostKind, detect_host
+from console_bridge._confinement._host import detect_host
 from console_bridge._confinement._unconfinable import host_gap
 from tests.cli.conftest import cli_env, cli_path
+from tests.confinement.conftest import host_kind
 
 REPO = Path(__file__).resolve().parents[2]
 FIX_WORDS = {"darwin": ("macOS (darwin)", "Linux virtual machine"), "win32": ("Windows (win32)", "WSL 2")}
 
 
-def _host(**changes: object) -> HostKind:
-    facts: dict[str, object] = {
-        "platform": "linux",
-        "uid": 1000,
-        "privileged": False,
-        "userns_problem": None,
-        "cgroup_v2": True,
-        "systemd": None,
-    }
-    facts.update(changes)
-    return HostKind(**facts)  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["darwin", "win32"])
@@ -70,21 +60,21 @@ def _assert_names_the_gap(message: str, platform: str) -> None:
 
 
 def test_the_gap_names_platform_missing_and_fix() -> None:
-    mac = host_gap(_host(platform="darwin", userns_problem="the platform is darwin, not Linux"))
+    mac = host_gap(host_kind(platform="darwin", userns_problem="the platform is darwin, not Linux"))
     assert mac is not None and mac.platform == "macOS (darwin)" and "Lima" in mac.fix
-    windows = host_gap(_host(platform="win32", userns_problem="the platform is win32, not Linux"))
+    windows = host_gap(host_kind(platform="win32", userns_problem="the platform is win32, not Linux"))
     assert windows is not None and windows.platform == "Windows (win32)" and "WSL 2" in windows.fix
     apparmor = (
         "AppArmor forbids unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1, "
         "Ubuntu 23.10 and later); allow them with `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
     )
-    linux = host_gap(_host(userns_problem=apparmor))
+    linux = host_gap(host_kind(userns_problem=apparmor))
     assert linux is not None and linux.platform == "Linux"
     assert "apparmor_restrict_unprivileged_userns=1" in linux.missing and "user namespace" in linux.missing
     assert linux.fix.startswith("allow them with `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`")
     # root builds its view without user namespaces; a Linux with them is fine
-    assert host_gap(_host(uid=0, privileged=True, userns_problem=apparmor)) is None
-    assert host_gap(_host()) is None
+    assert host_gap(host_kind(uid=0, privileged=True, userns_problem=apparmor)) is None
+    assert host_gap(host_kind()) is None
 
 
 # ------------------------------------------------------------------------------ library entry points

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from console_bridge import AsyncConsole
+from tests.confinement.conftest import plant_home
 from tests.console.conftest import binary_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.usefixtures("no_leaks")]
@@ -40,13 +41,7 @@ HOME_PLACES = (
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "home"
-    for name in HOME_PLACES:
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f"{CANARY} {name}\n")
-    monkeypatch.setenv("HOME", str(path))
-    return path
+    return plant_home(tmp_path, monkeypatch, HOME_PLACES, CANARY)
 
 
 def _console(workspace: Path, version: str = "0.0.6", **kwargs: object) -> AsyncConsole:
