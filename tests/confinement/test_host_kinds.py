@@ -20,7 +20,6 @@ from console_bridge._confinement._view import build_view, etc_secrets
 from tests.confinement.conftest import host_kind
 
 
-
 @pytest.fixture
 def no_cgroups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     empty = tmp_path / "no-cgroups"
