@@ -48,8 +48,10 @@ def inspector(tmp_path: Path, *args: str) -> Any:
 def test_inspector_over_stdio(tmp_path: Path) -> None:
     server = serve_args(tmp_path)
     listed = inspector(tmp_path, *server, "--method", "tools/list")
-    assert [tool["name"] for tool in listed["tools"]] == ["send"]
-    assert listed["tools"][0]["inputSchema"]["properties"]["control"]["enum"] == ["interrupt"]
+    names = [tool["name"] for tool in listed["tools"]]
+    assert names == ["send", "console_open", "console_close", "console_list"], names
+    control = listed["tools"][0]["inputSchema"]["properties"]["control"]
+    assert [value for value in control["enum"] if value is not None] == ["interrupt"], control  # null: not given
     called = inspector(tmp_path, *server, "--method", "tools/call", "--tool-name", "send", "--tool-arg", "python=6*7")
     assert called["isError"] is False and called["content"][0]["text"].strip() == "42"
     read = inspector(tmp_path, *server, "--method", "resources/read", "--uri", "console://session/sandbox")
