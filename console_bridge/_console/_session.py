@@ -423,9 +423,16 @@ class AsyncConsole(NotCopyable):
             await self._probe(base)
             self._abort_if_closed()
             self._log_cells = True
-        except BaseException:
+        except Exception:
             with anyio.CancelScope(shield=True):
-                await self._teardown(cancel=True)
+                await self._teardown(cancel=True)  # a failed check: the server is not trusted
+            raise
+        except BaseException:
+            # Cancelled (a closing manager, Ctrl-C): stop cleanly, within shutdown_grace, so a
+            # recording the start-up probe already opened is finalized like any other.
+            with anyio.CancelScope(shield=True):
+                self._locate_recording()
+                await self._teardown(cancel=False)
             raise
         self._state = "ready"
 

@@ -506,8 +506,10 @@ class AsyncSessionManager(NotCopyable):
             self._forget(entry, f"failed to warm up ({type(exc).__name__})")
             return
         except BaseException:
+            # Cancelled: the manager is closing. Close cleanly (bounded) so a recording the
+            # warm-up already started is finalized like every other session's.
             with anyio.CancelScope(shield=True):
-                await entry.console.cancel()
+                await entry.console.close()
                 self._forget(entry, _MANAGER_CLOSED)
             raise
         try:

@@ -252,3 +252,20 @@ async def test_warm_up_failures_back_off_and_the_claim_raises_the_real_error(opt
         with pytest.raises(VersionRefused):
             await mgr.open(owner=A)
         assert mgr.sessions() == []
+
+
+async def test_closing_during_a_warm_up_finalizes_its_recording(options, recordings: Path) -> None:
+    # A warm-up whose boot cell has started (its recording exists) when the manager closes is
+    # closed cleanly, not killed: its recording ends with "Recording finished" like any other.
+    mgr = make(options, warm=1, max_sessions=1, refill_delay=0.0)
+    async with mgr:
+
+        def booting() -> bool:
+            infos = mgr.sessions()
+            return bool(infos) and infos[0].state == "starting" and any((recordings / "sessions").glob("*/transcript.md"))
+
+        await eventually(booting, what="a warm-up inside its boot cell")
+    runs = sorted(p for p in (recordings / "sessions").iterdir() if p.is_dir())
+    assert runs, "the warm-up made no recording"
+    for run in runs:
+        assert "## Recording finished" in (run / "transcript.md").read_text(errors="replace"), run
