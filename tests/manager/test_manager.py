@@ -262,7 +262,8 @@ async def test_closing_during_a_warm_up_finalizes_its_recording(options, recordi
 
         def booting() -> bool:
             infos = mgr.sessions()
-            return bool(infos) and infos[0].state == "starting" and any((recordings / "sessions").glob("*/transcript.md"))
+            recorded = any((recordings / "sessions").glob("*/transcript.md"))
+            return bool(infos) and infos[0].state == "starting" and recorded
 
         await eventually(booting, what="a warm-up inside its boot cell")
     runs = sorted(p for p in (recordings / "sessions").iterdir() if p.is_dir())
