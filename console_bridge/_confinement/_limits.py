@@ -58,8 +58,9 @@ class Limits:
 
     ``memory`` (bytes or a size string) and ``processes`` (tasks) bound the whole session
     tree; ``cpu`` is CPUs' worth of time (``1.5``); ``tmpdir`` bounds the bytes a session
-    may write to its private TMPDIR; ``recording`` bounds the raw output kept on disk per
-    output file of the recording. ``None`` means no limit. ``enforce="required"`` refuses
+    may write to its private TMPDIR (and, apart, to ``/dev/shm``); ``recording`` bounds the
+    session's whole recording on disk; ``writes`` the bytes a session may add to its writable
+    workspace and roots (see ``_disk`` for how each is held). ``None`` means no limit. ``enforce="required"`` refuses
     to launch (``LaunchRefused``) when a limit cannot be enforced by any mechanism on this
     host and accepts a weaker one (an rlimit per process), reported as such;
     ``"strict"`` also refuses a limit that does not hold for the whole session tree;
@@ -73,10 +74,8 @@ class Limits:
     cpu: float | None = None
     tmpdir: int | str | None = "2GiB"
     recording: int | str | None = "256MiB"
-    #: Bytes a session may add to its writable workspace and roots. No mechanism holds it yet (a
-    #: write layer is issue 20's work), so the default is None and a value is refused unless
-    #: ``enforce="best_effort"``, which reports it as not enforced.
-    writes: int | str | None = None
+    #: Bytes a session may add to its writable workspace and roots (net: deleting gives budget back).
+    writes: int | str | None = "1GiB"
     enforce: Literal["strict", "required", "best_effort"] = "required"
 
     def __post_init__(self) -> None:
@@ -100,7 +99,7 @@ class Limits:
             raise LaunchRefused(f"limit 'cpu' must be a number of CPUs such as 1.5 (or None), not {self.cpu!r}")
 
     def bytes(self, name: str) -> int | None:
-        """The limit ``name`` in bytes (memory, tmpdir, recording)."""
+        """The limit ``name`` in bytes (memory, tmpdir, recording, writes)."""
         return parse_size(getattr(self, name), name)
 
     def as_dict(self) -> dict[str, Any]:
@@ -123,7 +122,8 @@ class LimitReport:
     """One limit as it holds in a running session: its value and what enforces it."""
 
     value: int | float | None
-    enforced_by: str | None  # "cgroup2" | "cgroup1" | "systemd-scope" | "rlimit" | "userns-rlimit" | "tmpfs" | None
+    enforced_by: str | None  # "cgroup2" | "cgroup1" | "systemd-scope" | "rlimit" | "userns-rlimit" | "tmpfs" |
+    # "accounting" | "read-only-view" | None
     note: str = ""
 
     def as_dict(self) -> dict[str, Any]:

@@ -11,7 +11,12 @@ Each limit gets the strongest mechanism the host offers (see ``_host.HostKind``)
   session's namespace against it, whatever the cell forks). CPU has no rlimit form.
 * tmpdir: a size-capped tmpfs in the session's view (``"tmpfs"``), on every host that
   can build the view.
-* recording: ``RLIMIT_FSIZE`` on the server (``"rlimit"``: each raw output file).
+* recording: ``RLIMIT_FSIZE`` on the server, set before each cell to what is left of the
+  session's total, and raw output cut after the cell past it (``"rlimit"``, see ``_disk``).
+* writes: nothing to hold when the cells can write nothing but their TMPDIR
+  (``"read-only-view"``), else the bridge's accounting (``"accounting"``, see ``_disk``): a
+  watcher that stops the cells once they overdraw. /dev/shm in the sandbox gets the TMPDIR's
+  cap the same way.
 
 ``enforce="required"`` refuses (``LaunchRefused``) a limit with no mechanism at all;
 ``"strict"`` also refuses one held only by a per-process rlimit; ``"best_effort"`` starts
@@ -45,7 +50,7 @@ __all__ = ["SUPERVISOR", "TREE_WIDE", "Confinement", "Supervision", "plan_confin
 
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 #: Mechanisms that hold a limit for the whole session tree (``enforce="strict"`` accepts only these).
-TREE_WIDE = frozenset({"cgroup2", "cgroup1", "systemd-scope", "tmpfs", "userns-rlimit"})
+TREE_WIDE = frozenset({"cgroup2", "cgroup1", "systemd-scope", "tmpfs", "userns-rlimit", "read-only-view"})
 #: The smallest memory limit RLIMIT_AS can hold: a worker with R and DuckDB maps ~0.9 GiB at rest.
 MIN_ADDRESS_SPACE = 2 << 30
 _FIX = {
@@ -56,7 +61,7 @@ _FIX = {
     "cpu": "run where a cgroup with the cpu controller is writable or a systemd manager runs, or set cpu=None",
     "tmpdir": "set tmpdir=None",
     "recording": "set recording=None",
-    "writes": "set writes=None (a read-only profile writes nothing to the workspace)",
+    "writes": "set writes=None, or use a profile whose cells write only their TMPDIR (the default read-only one)",
 }
 
 
@@ -154,8 +159,12 @@ def refuse_without_view(host: HostKind) -> None:
     refuse_unconfinable(host)
 
 
-def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = None) -> Confinement:
-    """Decide every limit's mechanism and create the session's cgroups; refuse what cannot hold."""
+def plan_confinement(
+    limits: Limits, session_id: str, host: HostKind | None = None, *, writable: bool = True
+) -> Confinement:
+    """Decide every limit's mechanism and create the session's cgroups; refuse what cannot hold.
+
+    ``writable``: the cells may write folders of the host (the workspace or writable roots)."""
     host = host if host is not None else detect_host()
     refuse_without_view(host)
     memory, tmpdir, recording = limits.bytes("memory"), limits.bytes("tmpdir"), limits.bytes("recording")
@@ -227,19 +236,35 @@ def plan_confinement(limits: Limits, session_id: str, host: HostKind | None = No
     if tmpdir is None:
         reports["tmpdir"] = LimitReport(None, None)
     else:
-        reports["tmpdir"] = LimitReport(tmpdir, "tmpfs", "a size-capped tmpfs in the session's view")
+        reports["tmpdir"] = LimitReport(
+            tmpdir,
+            "tmpfs",
+            "a size-capped tmpfs in the session's view; /dev/shm in the sandbox: the same cap, by accounting",
+        )
     if recording is None:
         reports["recording"] = LimitReport(None, None)
     else:
         rlimits["fsize"] = recording
-        reports["recording"] = LimitReport(recording, "rlimit", "RLIMIT_FSIZE: each raw output file of the recording")
-        weak["recording"] = "RLIMIT_FSIZE caps each raw output file, not the recording's total"
+        reports["recording"] = LimitReport(
+            recording,
+            "rlimit",
+            "the session's whole recording: RLIMIT_FSIZE on the server up to what is left, a cell's raw output past "
+            "it cut after the cell",
+        )
+        weak["recording"] = "RLIMIT_FSIZE and cuts after each cell hold it, not a file system cap"
     writes = limits.bytes("writes")
     if writes is None:
         reports["writes"] = LimitReport(None, None)
+    elif not writable:
+        reports["writes"] = LimitReport(writes, "read-only-view", "cells can write nothing but their TMPDIR")
     else:
-        missing["writes"] = "no mechanism caps the bytes written to the workspace and writable roots yet"
-        reports["writes"] = LimitReport(writes, None, missing["writes"])
+        reports["writes"] = LimitReport(
+            writes,
+            "accounting",
+            "the bytes added to the writable folders are measured while cells run; past the limit the cells are "
+            "stopped (overshoot: what one cell writes in about 0.25 s)",
+        )
+        weak["writes"] = "the bridge's accounting stops the cells once they overdraw; no file system cap holds it"
     confinement = Confinement(
         limits,
         {n: reports[n] for n in LIMIT_NAMES},

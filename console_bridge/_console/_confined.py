@@ -11,7 +11,6 @@ import contextlib
 import os
 import select
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -22,48 +21,19 @@ import platformdirs
 import psutil
 
 from console_bridge._confinement._deny import deny_paths, expand_deny, parse_probe, probe_code_for
+from console_bridge._confinement._disk import FolderUsage, RecordingCap, WriteWatch, kill_cells
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
 from console_bridge._confinement._registry import SessionEntry, r_hooks_dir, register, state_dir
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._environments import session_environments
-from console_bridge._errors import NotAllowed, SandboxMismatch
+from console_bridge._console._limit_text import fork_refused, limit_text, out_of_memory
+from console_bridge._errors import SandboxMismatch
 from console_bridge._results import CellFailure
 
 __all__ = ["SessionConfinement"]
 
 _CANARY = "console-bridge-canary"
-_LIMIT_TEXT = {
-    "memory": "the session's memory limit ({value}); the worker was killed and its state is lost",
-    "processes": "the session's process limit ({value} tasks); starting more processes or threads failed",
-    "tmpdir": "the TMPDIR size limit ({value}); writing more failed with 'No space left on device'",
-    "memory:rlimit": "the session's memory limit ({value}, RLIMIT_AS per process); an allocation failed, the "
-    "worker lives on and keeps what the cell had made",
-    "processes:userns-rlimit": "the session's process limit ({value} tasks, RLIMIT_NPROC over its user "
-    "namespace); starting more processes or threads failed",
-}
-
-
-def _fork_refused(error: CellFailure | None) -> bool:
-    """The worker reported a refused fork or thread start (EAGAIN), the mark of RLIMIT_NPROC."""
-    if error is None:
-        return False
-    text = f"{error.name}: {error.message}"
-    return "Resource temporarily unavailable" in text or "can't start new thread" in text
-
-
-def _out_of_memory(error: CellFailure) -> bool:
-    """The worker reported an allocation that failed (RLIMIT_AS): Python's MemoryError, R's vector error."""
-    return error.name == "MemoryError" or "cannot allocate vector" in error.message
-
-
-def _human(value: int | float | None) -> str:
-    if isinstance(value, int) and value >= 1024:
-        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-            if value >= size:
-                return f"{value / size:g} {unit}"
-    return str(value)
-
 
 class SessionConfinement:
     """One session's private folder, limits, deny list and probe."""
@@ -85,15 +55,20 @@ class SessionConfinement:
         self._worker_poll: select.poll | None = None
         self._r_profile: Path | None = None
         self._tmp_fd: int | None = None
+        self.watch: WriteWatch | None = None  # the writes limit and /dev/shm's cap (see _confinement._disk)
+        self.recording_cap: RecordingCap | None = None
+        self._watch_hits: dict[str, int] = {}
+        self._shm_hit = False
 
     # ------------------------------------------------------------------ start
-    def prepare(self, *, owner: str, profile: str, recording_base: Path) -> None:
-        """Register the session and create its groups (blocking; run in a thread)."""
+    def prepare(self, *, owner: str, profile: str, recording_base: Path, writable: bool = True) -> None:
+        """Register the session and create its groups (blocking; run in a thread). ``writable``:
+        cells may write host folders (the workspace or writable roots)."""
         self.entry = register(
             owner=owner, workspace=str(self.workspace), profile=profile, recording_base=str(recording_base)
         )
         try:
-            self.confinement = plan_confinement(self.limits, self.entry.id)
+            self.confinement = plan_confinement(self.limits, self.entry.id, writable=writable)
         except BaseException:
             self.release()
             raise
@@ -157,7 +132,30 @@ class SessionConfinement:
         self.deny = inside
         plan = self.view.plan()
         plan["user_namespace"] = self.confinement.host.user_namespace
+        self._books(recording_base, [*([self.workspace] if workspace_writable else []), *writable_roots])
         return Supervision(self.confinement, self.entry.tmpdir, (self.entry.path,), plan)
+
+    def _books(self, recording_base: Path, writable: list[Path]) -> None:
+        """The disk limits' bookkeeping: the writes baseline (a walk of the writable folders, before
+        any cell) and the recording's total (see ``_confinement._disk``)."""
+        assert self.confinement is not None and self.entry is not None
+        reports = self.confinement.reports
+        writes = reports["writes"].value if reports["writes"].enforced_by == "accounting" else None
+        usage = FolderUsage(writable, exclude=[recording_base, self.entry.path]) if writable and writes else None
+        self.watch = WriteWatch(
+            usage,
+            int(writes) if writes is not None else None,
+            shm_limit=self.confinement.tmpfs_size,
+            worker_pid=lambda: self._worker.pid if self._worker is not None else None,
+            stop_cells=self.stop_cells,
+        )
+        recording = reports["recording"].value
+        self.recording_cap = RecordingCap(int(recording)) if recording is not None else None
+
+    def stop_cells(self) -> None:
+        """Kill what the cells run (see ``kill_cells``); called from the write watcher's thread."""
+        if self._worker is not None:
+            kill_cells(self._worker)
 
     def path_env(self) -> dict[str, str]:
         """``{"PATH": ...}`` when the view hides commands from the server's PATH, else nothing."""
@@ -189,6 +187,8 @@ class SessionConfinement:
         self.entry.recording_base = str(recording_base)
         with contextlib.suppress(OSError):
             self.entry.save()
+        if self.watch is not None:
+            self.watch.start()
 
     def note_recording(self, path: Path | None) -> None:
         if self.entry is not None and path is not None and self.entry.recording != str(path):
@@ -281,14 +281,20 @@ class SessionConfinement:
         return self.confinement.report_dict() if self.confinement is not None else {}
 
     def mark(self) -> None:
-        """Before a cell: remember the limit counters; put a new worker under the process limit."""
+        """Before a cell: remember the limit counters; put a new worker under the process limit;
+        let the server's raw output grow only as far as the recording's total allows."""
         self._counters = self._read_counters()
         if self.confinement is not None and (
             self.confinement.cgroups.cells is not None
             or "fsize" in self.confinement.rlimits
             or "nproc" in self.confinement.child_rlimits
+            or self.watch is not None
         ):
             self._place_worker()
+        if self.watch is not None:
+            self._watch_hits = dict(self.watch.hits)
+        if self.recording_cap is not None and self.entry is not None and self.entry.recording:
+            self.recording_cap.before_cell(Path(self.entry.recording), self.entry.server_pid)
 
     def _place_worker(self) -> None:
         """Adopt a (new) worker process: move it into the nested process-limit group, and lift
@@ -363,6 +369,8 @@ class SessionConfinement:
         (processes) and the failure the worker reported (``MemoryError``, a fork refused)."""
         if self.confinement is None:
             return None
+        cut = self.recording_cap is not None and self.recording_cap.after_cell(self._recording_path())
+        disk = self._disk_hit()
         now = self._read_counters()
         before, self._counters = self._counters, now
         for name in ("memory", "processes"):
@@ -373,11 +381,29 @@ class SessionConfinement:
         if self.confinement.mechanism("processes") == "userns-rlimit":
             limit = self.confinement.reports["processes"].value
             # the kernel refuses at `limit` tasks of the namespace; a few may have ended since
-            if isinstance(limit, int) and (self._tree_tasks() >= limit - 8 or _fork_refused(error)):
+            if isinstance(limit, int) and (self._tree_tasks() >= limit - 8 or fork_refused(error)):
                 return "processes"
-        if self.confinement.mechanism("memory") == "rlimit" and error is not None and _out_of_memory(error):
+        if self.confinement.mechanism("memory") == "rlimit" and error is not None and out_of_memory(error):
             return "memory"
-        return None
+        if disk is not None:
+            return disk
+        return "recording" if cut else None
+
+    def _recording_path(self) -> Path | None:
+        return Path(self.entry.recording) if self.entry is not None and self.entry.recording else None
+
+    def _disk_hit(self) -> str | None:
+        """Did the cell overdraw the writes limit or /dev/shm's cap (the watcher stopped it, or it
+        ended between two looks: one more look, a walk only when a file system lost space)?"""
+        watch = self.watch
+        if watch is None:
+            return None
+        watch.check(only_if_grown=True)
+        before, self._watch_hits = self._watch_hits, dict(watch.hits)
+        self._shm_hit = watch.hits["shm"] > before.get("shm", 0)
+        if watch.hits["writes"] > before.get("writes", 0):
+            return "writes"
+        return "tmpdir" if self._shm_hit else None
 
     def _tree_tasks(self) -> int:
         """Tasks (threads included) in the worker's user namespace: what the cells' RLIMIT_NPROC counts."""
@@ -412,8 +438,7 @@ class SessionConfinement:
         report = self.confinement.reports[name] if self.confinement is not None else None
         value = report.value if report is not None else None
         mechanism = report.enforced_by if report is not None else None
-        text = _LIMIT_TEXT.get(f"{name}:{mechanism}", _LIMIT_TEXT[name])
-        return text.format(value=_human(value))
+        return limit_text(name, mechanism, value, shm=self._shm_hit)
 
     def _tmpfs_filled(self) -> bool:
         """The TMPDIR became full during this cell (a full TMPDIR left from before is not this cell's hit)."""
@@ -489,57 +514,15 @@ class SessionConfinement:
         except OSError:
             return None
 
-    def _data_dir(self) -> tuple[int, str]:
-        """(fd of the cell's TMPDIR, the path cells use for it). mcp-console gives each worker
-        ``<TMPDIR>/sandbox-XXXX/data``."""
-        root = self.open_tmp_root()
-        if root is None:
-            raise NotAllowed("the session's TMPDIR is not available (the console is not running)")
-        try:
-            candidates = []
-            for name in os.listdir(root):
-                if not name.startswith("sandbox-"):
-                    continue
-                with contextlib.suppress(OSError):
-                    info = os.stat(name, dir_fd=root, follow_symlinks=False)
-                    if stat.S_ISDIR(info.st_mode):
-                        candidates.append((info.st_mtime, name))
-            if not candidates:
-                raise NotAllowed("the session's worker has not started yet; run a cell first")
-            name = max(candidates)[1]
-            sandbox = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
-            try:
-                data = os.open("data", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=sandbox)
-            finally:
-                os.close(sandbox)
-        finally:
-            os.close(root)
-        return data, str(self.tmpdir / name / "data")
-
-    def put_file(self, name: str, data: bytes) -> str:
-        from console_bridge._hostfs import write_file
-
-        fd, cell_path = self._data_dir()
-        try:
-            write_file(fd, name, data)
-        finally:
-            os.close(fd)
-        return f"{cell_path}/{name}"
-
-    def get_file(self, name: str, max_bytes: int) -> bytes:
-        from console_bridge._hostfs import read_file
-
-        fd, _ = self._data_dir()
-        try:
-            data = read_file(fd, name, max_bytes)
-            return data
-        finally:
-            os.close(fd)
-
     def usage_sources(self) -> tuple[list[Path], int | None]:
         """(the session's cgroup folders, the supervisor's pid): where its usage can be read (read-only)."""
         paths = list(self.confinement.cgroups.paths) if self.confinement is not None else []
         return paths, self.entry.supervisor_pid if self.entry is not None else None
+
+    def writes_bytes(self) -> int | None:
+        """Net bytes the session added to its writable folders (as of the watcher's last look), or None."""
+        watch = self.watch
+        return watch.added if watch is not None and watch.usage is not None else None
 
     def tmpdir_bytes(self) -> int | None:
         """Bytes in use in the session's TMPDIR, where it is a tmpfs of its own (read-only; else None)."""
@@ -555,17 +538,6 @@ class SessionConfinement:
             return None
         return (info.f_blocks - info.f_bfree) * info.f_frsize
 
-    def list_files(self) -> list[tuple[str, int]]:
-        """(name, size) of each regular file in the cell's TMPDIR, names relative to it; read-only,
-        never through a symlink (symlinks and special files are left out)."""
-        from console_bridge._hostfs import walk_root
-
-        fd, _ = self._data_dir()
-        try:
-            return [(entry.name, entry.info.st_size) for entry in walk_root(fd) if not entry.is_dir]
-        finally:
-            os.close(fd)
-
     # ------------------------------------------------------------------- end
     def release(self) -> None:
         """After the supervisor ended: remove what it could not (folder, groups). Blocking."""
@@ -579,6 +551,8 @@ class SessionConfinement:
             with contextlib.suppress(OSError):
                 os.close(self._tmp_fd)
             self._tmp_fd = None
+        if self.watch is not None:
+            self.watch.close()
         self._forget_worker()
         if self.entry is not None:
             with contextlib.suppress(OSError):

@@ -42,6 +42,7 @@ from console_bridge._console._outcome import (
 from console_bridge._console._profiles import Profile, load_profile, translate
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
+from console_bridge._console._tmpdir_io import TmpdirFiles
 from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
 from console_bridge._console._worker_env import inspect_venv
@@ -357,7 +358,12 @@ class AsyncConsole(NotCopyable):
             base = self.recordings_base
             base.mkdir(parents=True, exist_ok=True)
             await anyio.to_thread.run_sync(
-                lambda: self._confined.prepare(owner=str(self.owner), profile=self._profile.name, recording_base=base)
+                lambda: self._confined.prepare(
+                    owner=str(self.owner),
+                    profile=self._profile.name,
+                    recording_base=base,
+                    writable=self._profile.base == "workspace" or bool(self._roots) or bool(self._profile_writable()),
+                )
             )
             supervision = await anyio.to_thread.run_sync(
                 lambda: self._confined.supervision(
@@ -766,7 +772,7 @@ class AsyncConsole(NotCopyable):
             memory_peak=peak,
             processes=processes,
             tmpdir_bytes=self._confined.tmpdir_bytes(),
-            writes_bytes=None,
+            writes_bytes=self._confined.writes_bytes(),
             recording_bytes=self._cached("recording", lambda: recording.size_bytes) if recording is not None else None,
         )
 
@@ -1035,6 +1041,9 @@ class AsyncConsole(NotCopyable):
         return await self._call({"control": "restart", "timeout_ms": 5000})
 
     # ------------------------------------------------------ files in and out
+    def _tmp_files(self) -> TmpdirFiles:
+        return TmpdirFiles(self._confined.open_tmp_root, self._confined.tmpdir)
+
     async def put_file(self, name: str, data: bytes) -> str:
         """Write ``data`` to ``name`` in the session's private TMPDIR; return the path a cell opens.
 
@@ -1046,7 +1055,7 @@ class AsyncConsole(NotCopyable):
             raise NotAllowed("put_file data must be bytes")
         payload = bytes(data)
         try:
-            return await anyio.to_thread.run_sync(lambda: self._confined.put_file(name, payload))
+            return await anyio.to_thread.run_sync(lambda: self._tmp_files().put(name, payload))
         except OSError as exc:
             raise NotAllowed(f"put_file({name!r}) failed: {exc.strerror or exc}; pick a new name") from None
 
@@ -1055,7 +1064,7 @@ class AsyncConsole(NotCopyable):
         symlink; larger than ``max_bytes`` raises :class:`NotAllowed`."""
         self._require("get_file")
         try:
-            return await anyio.to_thread.run_sync(lambda: self._confined.get_file(name, max_bytes))
+            return await anyio.to_thread.run_sync(lambda: self._tmp_files().get(name, max_bytes))
         except OSError as exc:
             raise NotAllowed(f"get_file({name!r}) failed: {exc.strerror or exc}; check the name") from None
 
@@ -1067,7 +1076,7 @@ class AsyncConsole(NotCopyable):
         self._require("list_files")
         check_glob(pattern)
         try:
-            found = await anyio.to_thread.run_sync(self._confined.list_files)
+            found = await anyio.to_thread.run_sync(self._tmp_files().list)
         except OSError as exc:
             raise NotAllowed(f"list_files({pattern!r}) failed: {exc.strerror or exc}") from None
         private = outcome_dir_name(self._nonce) + "/"

@@ -48,8 +48,14 @@ def test_strict_refuses_a_per_process_rlimit_and_names_the_way_out(no_cgroups: P
 
 
 def test_strict_accepts_tree_wide_mechanisms(no_cgroups: Path) -> None:
-    plan = plan_confinement(Limits(enforce="strict", memory=None, recording=None), "t-strict2", host_kind())
+    limits = Limits(enforce="strict", memory=None, recording=None)
+    plan = plan_confinement(limits, "t-strict2", host_kind(), writable=False)
     assert plan.mechanism("processes") == "userns-rlimit" and plan.mechanism("tmpdir") == "tmpfs"
+    assert plan.mechanism("writes") == "read-only-view"
+    # cells that may write host folders: the writes limit is the bridge's accounting, not tree-wide
+    with pytest.raises(LaunchRefused, match="limit writes=1073741824 cannot be enforced for the whole session tree"):
+        plan_confinement(limits, "t-strict3", host_kind(), writable=True)
+    assert plan_confinement(Limits(), "t-required", host_kind()).mechanism("writes") == "accounting"
 
 
 def test_root_without_cgroups_cannot_count_processes(no_cgroups: Path) -> None:

@@ -1,0 +1,325 @@
+"""Bounded disk: what a session adds to its writable folders, its recording's total, its /dev/shm.
+
+No kernel facility caps the bytes one unprivileged session adds to folders of the host's own
+file system (quotas need root and a prepared file system; a loop device needs root; a
+tmpfs or overlay upper layer would keep every write in memory until it is copied back, and
+lose it when the session is killed). So the bridge keeps the books itself and stops the
+cells when they overdraw:
+
+* **writes** (``"accounting"``): a watcher thread measures the bytes allocated under the
+  session's writable folders (each inode once, symlinks not followed, no other file system
+  entered, the recordings left to their own limit) every ``interval`` seconds, more rarely for
+  big trees (at most about 10% of one CPU). When the session has added more than the limit
+  and the total grew since the last look, the cells' processes are killed (the worker is
+  restarted by the next cell; what was written stays, the file being written may be
+  partial). A cell that ends between two looks is checked when it ends. The overshoot is
+  what the cell writes in one interval. Deleting files gives budget back: the limit is on
+  the net bytes added, by anyone, while the session runs.
+* **/dev/shm** (``"accounting"``): the sandbox mcp-console builds for its worker mounts a
+  fresh ``/dev``, whose ``shm`` folder is only bounded by memory; the same watcher reads its
+  use (one ``statvfs`` through the worker's root) and stops the cells past the TMPDIR's cap.
+* **recording** (``"rlimit"``): the server's ``RLIMIT_FSIZE`` is set before each cell to what
+  is left of the session's total (a raw output file cannot grow past it), and after the cell
+  the raw output files it added are cut so the recording stays within the limit. The files
+  that span cells (transcript, events) keep a reserve; past the limit a cell's output is no
+  longer kept in the recording, and the cell says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+__all__ = ["FolderUsage", "RecordingCap", "WriteWatch", "kill_cells"]
+
+#: Where a recording keeps each cell's raw output (0.0.6; 0.0.5): cut when over; the rest spans cells.
+_RAW = ("/capture/sessions/", "/outputs/", "/artifacts/")
+#: Growth below this between two looks is not a cell writing on (metadata, a log line).
+_GROWTH = 256 << 10
+
+
+class FolderUsage:
+    """Bytes allocated under some folders (``st_blocks``), each inode counted once, without
+    following symlinks or crossing into another file system, leaving out ``exclude``."""
+
+    def __init__(self, folders: Iterable[Path], exclude: Iterable[Path] = ()) -> None:
+        self.folders = [str(folder) for folder in dict.fromkeys(folders)]
+        self.exclude = {str(path) for path in exclude}
+        self.entries = 0
+
+    def measure(self) -> int:
+        total, seen, entries = 0, set(), 0
+        for top in self.folders:
+            try:
+                info = os.lstat(top)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(info.st_mode) or top in self.exclude:
+                continue
+            device, stack = info.st_dev, [top]
+            while stack:
+                folder = stack.pop()
+                try:
+                    with os.scandir(folder) as listing:
+                        for entry in listing:
+                            entries += 1
+                            try:
+                                st = entry.stat(follow_symlinks=False)
+                            except OSError:
+                                continue
+                            if st.st_dev != device:
+                                continue
+                            if stat.S_ISDIR(st.st_mode):
+                                if entry.path not in self.exclude:
+                                    stack.append(entry.path)
+                                total += st.st_blocks * 512
+                            elif st.st_nlink > 1:
+                                key = (st.st_dev, st.st_ino)
+                                if key not in seen:
+                                    seen.add(key)
+                                    total += st.st_blocks * 512
+                            else:
+                                total += st.st_blocks * 512
+                except OSError:
+                    continue
+        self.entries = entries
+        return total
+
+
+def _shm_used(pid: int) -> int | None:
+    """Bytes in use in ``/dev/shm`` as process ``pid`` sees it (None when it cannot be read)."""
+    try:
+        info = os.statvfs(f"/proc/{pid}/root/dev/shm")
+    except OSError:
+        return None
+    return (info.f_blocks - info.f_bfree) * info.f_frsize
+
+
+class WriteWatch:
+    """The writes limit (and /dev/shm's cap): measure in a thread, call ``stop_cells`` past them.
+
+    ``hits`` counts the times a limit was overdrawn (``"writes"`` or ``"shm"``); the session
+    compares it before and after a cell."""
+
+    def __init__(
+        self,
+        usage: FolderUsage | None,
+        limit: int | None,
+        *,
+        shm_limit: int | None,
+        worker_pid: Callable[[], int | None],
+        stop_cells: Callable[[], None],
+        interval: float = 0.25,
+    ) -> None:
+        self.usage, self.limit, self.shm_limit = usage, limit, shm_limit
+        self.worker_pid, self.stop_cells, self.interval = worker_pid, stop_cells, interval
+        self.baseline = usage.measure() if usage is not None and limit is not None else 0
+        self.total = self.baseline
+        self.hits: dict[str, int] = {"writes": 0, "shm": 0}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._fs: list[tuple[str, int]] = []  # (folder, free bytes at the last look): a cheap "did anything grow"
+        self._shm_before: int | None = None
+
+    @property
+    def added(self) -> int:
+        return max(0, self.total - self.baseline)
+
+    def start(self) -> None:
+        if self._thread is None and (self.limit is not None or self.shm_limit is not None):
+            self._thread = threading.Thread(target=self._run, name="console-bridge-write-watch", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        # A statvfs of each folder's file system every ``tick`` (a microsecond each); a walk when
+        # one lost space since the last walk, or every ``interval`` anyway -- and never more often
+        # than ten times what a walk costs (at most about 10% of one CPU, however big the tree).
+        tick, last_walk, spent = 0.02, 0.0, 0.0
+        while not self._closed:
+            now = time.monotonic()
+            if now - last_walk >= max(10 * spent, tick) and (now - last_walk >= self.interval or self._fs_shrank()):
+                self.check(stop=True)
+                spent, last_walk = time.monotonic() - now, time.monotonic()
+            self._wake.wait(tick)
+
+    def check(self, *, stop: bool = False, only_if_grown: bool = False) -> str | None:
+        """One look; the limit overdrawn now, else None. ``stop``: kill the cells' processes when
+        so (the watcher, while cells may run; not at the end of a cell, which is only reported).
+        ``only_if_grown``: walk the folders only when their file systems lost free space since the
+        last look (a ``statvfs`` each), as at the end of every cell."""
+        with self._lock:
+            hit = None
+            if self.usage is not None and self.limit is not None and (not only_if_grown or self._fs_shrank()):
+                before, self.total = self.total, self.usage.measure()
+                self._fs = self._free_space()
+                if self.added > self.limit and self.total > before + _GROWTH:
+                    hit = "writes"
+            pid = self.worker_pid() if self.shm_limit is not None else None
+            if pid is not None and self.shm_limit is not None:
+                used = _shm_used(pid)
+                if used is not None and used > self.shm_limit and used > (self._shm_before or 0) + _GROWTH:
+                    hit = hit or "shm"
+                self._shm_before = used
+            if hit is not None:
+                self.hits[hit] += 1
+                if stop:
+                    with contextlib.suppress(Exception):
+                        self.stop_cells()
+                    # what the killed processes had in flight lands now: the next look starts from here
+                    time.sleep(0.05)
+                    if self.usage is not None and self.limit is not None:
+                        self.total = self.usage.measure()
+                        self._fs = self._free_space()
+                    if pid is not None:
+                        self._shm_before = _shm_used(pid)
+            return hit
+
+    def _free_space(self) -> list[tuple[str, int]]:
+        out = []
+        for folder in self.usage.folders if self.usage is not None else []:
+            with contextlib.suppress(OSError):
+                info = os.statvfs(folder)
+                out.append((folder, info.f_bavail * info.f_frsize))
+        return out
+
+    def _fs_shrank(self) -> bool:
+        if not self._fs:
+            return True
+        for folder, free in self._fs:
+            try:
+                info = os.statvfs(folder)
+            except OSError:
+                return True
+            if info.f_bavail * info.f_frsize < free:
+                return True
+        return False
+
+
+@dataclass
+class _Seen:
+    sizes: dict[str, int]  # raw output file -> size
+    spanning: int  # bytes in the files that span cells (transcript, events, session notes)
+    largest_spanning: int
+
+
+class RecordingCap:
+    """A recording's total on disk: the server's RLIMIT_FSIZE before a cell, cuts after it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.reserve = min(32 << 20, max(256 << 10, limit // 8))
+        self.low, self.high = limit - self.reserve, limit - self.reserve // 2
+        self._seen: _Seen | None = None
+        self._soft: int | None = None
+        self.cut_bytes = 0
+
+    @staticmethod
+    def _scan(recording: Path) -> _Seen:
+        sizes: dict[str, int] = {}
+        spanning = largest = 0
+        top = str(recording)
+        stack = [top]
+        while stack:
+            folder = stack.pop()
+            with contextlib.suppress(OSError), os.scandir(folder) as listing:
+                for entry in listing:
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                            continue
+                        size = entry.stat(follow_symlinks=False).st_size
+                        if entry.path[len(top) :].startswith(_RAW):
+                            sizes[entry.path] = size
+                        else:
+                            spanning += size
+                            largest = max(largest, size)
+        return _Seen(sizes, spanning, largest)
+
+    def total(self, recording: Path) -> int:
+        seen = self._scan(recording)
+        return seen.spanning + sum(seen.sizes.values())
+
+    def before_cell(self, recording: Path | None, server_pid: int | None) -> None:
+        """Let the server's raw output files grow only as far as the session's total allows."""
+        if recording is None or server_pid is None:
+            return
+        seen = self._seen = self._scan(recording)
+        used = seen.spanning + sum(seen.sizes.values())
+        soft = max(self.high - used, seen.largest_spanning + (64 << 10))
+        soft = max(1 << 20, min(self.limit, soft))
+        if soft != self._soft:
+            with contextlib.suppress(psutil.Error, OSError, ValueError):
+                server = psutil.Process(server_pid)
+                _, hard = server.rlimit(psutil.RLIMIT_FSIZE)
+                if hard != psutil.RLIM_INFINITY:
+                    soft = min(soft, hard)
+                server.rlimit(psutil.RLIMIT_FSIZE, (soft, hard))
+                self._soft = soft
+
+    def after_cell(self, recording: Path | None) -> bool:
+        """Cut what the cell added past the high-water mark (back to the low one); True when cut."""
+        if recording is None:
+            return False
+        before = self._seen
+        now = self._scan(recording)
+        used = now.spanning + sum(now.sizes.values())
+        if used <= self.high:
+            return False
+        over = used - self.low
+        old = before.sizes if before is not None else {}
+        added = sorted(
+            (path for path, size in now.sizes.items() if size > old.get(path, 0)),
+            key=lambda path: (os.path.dirname(path), path),
+            reverse=True,
+        )
+        for path in added:
+            if over <= 0:
+                break
+            size, keep = now.sizes[path], old.get(path, 0)
+            cut = min(over, size - keep)
+            # text is cut to fit; anything else (an image) would be broken by a cut, so it goes whole
+            target = size - cut if path.endswith(".txt") else keep
+            with contextlib.suppress(OSError):
+                os.truncate(path, target)
+                over -= size - target
+                self.cut_bytes += size - target
+        return True
+
+
+def kill_cells(worker: psutil.Process) -> None:
+    """Kill what the cells run: the worker and every process of its sandbox's pid namespace but the
+    namespace's first process and mcp-console's relay (the server sees a worker that died, as after
+    a memory kill, and the next cell gets a new one). Orphans of the cells reparent to that first
+    process, so they are among its descendants."""
+    try:
+        namespace = os.readlink(f"/proc/{worker.pid}/ns/pid")
+        relay = worker.parent()
+        init = relay.parent() if relay is not None else None
+    except (OSError, psutil.Error):
+        return
+    targets = [worker]
+    if relay is not None and init is not None:
+        with contextlib.suppress(psutil.Error):
+            for proc in init.children(recursive=True):
+                with contextlib.suppress(OSError, psutil.Error):
+                    if proc.pid != relay.pid and os.readlink(f"/proc/{proc.pid}/ns/pid") == namespace:
+                        targets.append(proc)
+    for proc in targets:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()

@@ -1,0 +1,211 @@
+"""Bounded disk (issue 20): writes to the workspace, the recording's total, /dev/shm -- attacked.
+
+Each attack test asserts that the attack stopped at the limit with ``error.kind == "limit"``
+naming it, that what was written before is intact, and that the session still works.
+The pure tests pin the bookkeeping (``_confinement._disk``) on planted trees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+from pathlib import Path
+
+import pytest
+
+from console_bridge import AsyncConsole, LaunchRefused, Limits
+from console_bridge._confinement._disk import FolderUsage, RecordingCap
+from tests.console.conftest import binary_for
+
+MiB = 1 << 20
+
+
+def _console(workspace: Path, version: str = "0.0.6", **kwargs: object) -> AsyncConsole:
+    return AsyncConsole(workspace, command=binary_for(version), **kwargs)  # type: ignore[arg-type]
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+# ---------------------------------------------------------------- attacks (real binary)
+console_tests = pytest.mark.usefixtures("no_leaks")
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
+@pytest.mark.parametrize("files", [1, 40])
+async def test_a_flood_of_writes_into_the_workspace_stops_at_the_limit(
+    files: int, workspace: Path, recordings: Path
+) -> None:
+    before = workspace / "kept.csv"
+    before.write_text("a,b\n1,2\n")
+    digest = hashlib.sha256(before.read_bytes()).hexdigest()
+    limit = 48 * MiB
+    flood = (
+        "import os\n"
+        f"for n in range(3000):\n"
+        f"    with open(f'flood-{{n % {files}}}.bin', 'ab') as f:\n"
+        "        f.write(b'z' * (1 << 20))\n"
+        "print('never')"
+    )
+    async with _console(workspace, profile="workspace", limits=Limits(writes=limit), recordings_dir=recordings) as c:
+        assert c.status().limits["writes"]["enforced_by"] == "accounting"
+        await c.run(python="x = 1")
+        out = await c.run(python=flood, timeout=120)
+        assert out.error is not None and out.error.kind == "limit" and out.error.name == "writes", out
+        assert "never" not in out.text
+        written = sum(p.stat().st_size for p in workspace.glob("flood-*.bin"))
+        # stopped at the limit, give or take what one cell writes between two looks (3 GiB unchecked)
+        assert limit <= written < limit + 512 * MiB, written
+        assert hashlib.sha256(before.read_bytes()).hexdigest() == digest  # nothing written before was touched
+        usage = c.status().usage
+        assert usage is not None and usage.writes_bytes is not None and usage.writes_bytes >= limit
+        after = await c.run(python="print(1 + 1)")
+        assert after.error is None and after.text.strip() == "2", after
+        # over the limit, a cell that writes on is stopped again; deleting gives the budget back
+        again = await c.run(python=flood, timeout=120)
+        assert again.error is not None and again.error.name == "writes"
+        for path in workspace.glob("flood-*.bin"):
+            path.unlink()
+        fine = await c.run(python="open('result.bin', 'wb').write(b'r' * (8 << 20))\nprint('ok')", timeout=60)
+        assert fine.error is None and fine.text.strip() == "ok", fine
+    assert (workspace / "result.bin").stat().st_size == 8 * MiB
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
+async def test_a_background_writer_left_by_a_cell_is_stopped_too(workspace: Path, recordings: Path) -> None:
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', "
+        "\"import time\\nwith open('bg.bin', 'wb') as f:\\n    for _ in range(3000):\\n"
+        "        f.write(b'q' * (1 << 20)); f.flush(); time.sleep(0.002)\"], start_new_session=True)\n"
+        "print('started')"
+    )
+    limit = 32 * MiB
+    async with _console(workspace, profile="workspace", limits=Limits(writes=limit), recordings_dir=recordings) as c:
+        out = await c.run(python=code)
+        assert out.text.strip() == "started", out
+        size = -1
+        for _ in range(200):  # the writer is stopped within a few looks of passing the limit
+            await c.run(python="import time; time.sleep(0.05)")
+            now = (workspace / "bg.bin").stat().st_size if (workspace / "bg.bin").exists() else 0
+            if now == size and now >= limit:
+                break
+            size = now
+        assert limit <= size < limit + 512 * MiB, size
+        after = await c.run(python="print(1 + 1)")
+        assert after.text.strip() == "2", after
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
+@pytest.mark.parametrize("version", ["0.0.5", "0.0.6"])
+async def test_many_cells_of_output_leave_at_most_the_recording_limit(
+    version: str, workspace: Path, recordings: Path
+) -> None:
+    limit = 4 * MiB
+    async with _console(workspace, version, limits=Limits(recording=limit), recordings_dir=recordings) as c:
+        assert c.status().limits["recording"]["enforced_by"] == "rlimit"
+        await c.run(python="state = 'kept'")
+        kinds = []
+        for _ in range(12):
+            out = await c.run(python="import sys\nfor _ in range(2):\n    sys.stdout.write('y' * (1 << 20))\n'end'")
+            kinds.append(out.error.name if out.error is not None else None)
+            assert out.error is None or out.error.kind == "limit", out.error
+        assert kinds[0] is None and "recording" in kinds, kinds
+        after = await c.run(python="print(state)")
+        assert after.text.strip() == "kept" and after.error is None, after  # nothing was killed
+        recording = c.status().recording
+    assert recording is not None
+    assert _size(recording) <= limit, _size(recording)
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
+async def test_dev_shm_stops_at_the_tmpdir_cap(workspace: Path, recordings: Path) -> None:
+    cap = 32 * MiB
+    code = "with open('/dev/shm/fill', 'wb') as f:\n    for _ in range(2000):\n        f.write(b's' * (1 << 20))\n"
+    code += "print('never')"
+    async with _console(workspace, limits=Limits(tmpdir=cap), recordings_dir=recordings) as c:
+        out = await c.run(python=code, timeout=120)
+        assert out.error is not None and out.error.kind == "limit" and out.error.name == "tmpdir", out
+        assert "/dev/shm" in out.error.message and "never" not in out.text
+        after = await c.run(python="import os\nprint(os.path.exists('/dev/shm/fill'), 1 + 1)")
+        assert after.error is None and after.text.strip().endswith("2"), after
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
+async def test_read_only_sessions_hold_the_write_limit_by_their_view(workspace: Path, recordings: Path) -> None:
+    async with _console(
+        workspace,
+        limits=Limits(enforce="strict", memory=None, recording=None, processes=None, tmpdir="64MiB"),
+        recordings_dir=recordings,
+    ) as c:
+        assert c.status().limits["writes"]["enforced_by"] == "read-only-view"
+        assert c.status().usage.writes_bytes is None  # type: ignore[union-attr]
+        out = await c.run(python="open('x.txt', 'w').write('x')")
+        assert out.error is not None  # the workspace is read-only
+    with pytest.raises(LaunchRefused, match="writes") as refused:
+        async with _console(
+            workspace, profile="workspace", limits=Limits(enforce="strict", memory=None, recording=None, processes=None)
+        ):
+            pass
+    assert "writes=None" in str(refused.value)
+
+
+# ---------------------------------------------------------------- the bookkeeping (pure)
+def test_folder_usage_counts_each_inode_once_and_stays_on_its_side(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.bin").write_bytes(b"a" * MiB)
+    os.link(root / "a.bin", root / "sub" / "hard.bin")  # the same inode: counted once
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"o" * (4 * MiB))
+    (root / "link").symlink_to(outside)  # not followed
+    excluded = root / "recordings"
+    excluded.mkdir()
+    (excluded / "r.bin").write_bytes(b"r" * (2 * MiB))
+    usage = FolderUsage([root], exclude=[excluded])
+    total = usage.measure()
+    assert MiB <= total < MiB + 64 * 1024, total
+    (root / "sub" / "b.bin").write_bytes(b"b" * MiB)
+    assert usage.measure() - total >= MiB
+
+
+def _recording(tmp_path: Path) -> Path:
+    rec = tmp_path / "rec"
+    (rec / "capture" / "sessions" / "001").mkdir(parents=True)
+    (rec / "transcript.md").write_text("# transcript\n")
+    (rec / "capture" / "events.jsonl").write_text("{}\n")
+    return rec
+
+
+def test_the_recording_cap_cuts_only_what_the_cell_added(tmp_path: Path) -> None:
+    rec = _recording(tmp_path)
+    cap = RecordingCap(4 * MiB)
+    cells = rec / "capture" / "sessions" / "001"
+    (cells / "cell-001.txt").write_bytes(b"1" * (2 * MiB))
+    cap.before_cell(rec, None)  # no server pid: nothing to set, nothing measured
+    assert cap.after_cell(rec) is False
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        cap.before_cell(rec, os.getpid())  # sets our own soft RLIMIT_FSIZE: restored at once
+        assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] <= cap.high - 2 * MiB + MiB
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    (cells / "cell-002.txt").write_bytes(b"2" * (3 * MiB))
+    (cells / "cell-002.png").write_bytes(b"\x89PNG" + b"p" * MiB)
+    assert cap.after_cell(rec) is True
+    assert (cells / "cell-001.txt").stat().st_size == 2 * MiB  # an earlier cell's output is untouched
+    assert (cells / "cell-002.png").stat().st_size in (0, 4 + MiB)  # an image is never cut in half
+    assert (cells / "cell-002.txt").stat().st_size < 3 * MiB  # the cell's text was cut
+    assert cap.total(rec) <= cap.low
