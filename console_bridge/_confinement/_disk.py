@@ -295,11 +295,41 @@ class RecordingCap:
             cut = min(over, size - keep)
             # text is cut to fit; anything else (an image) would be broken by a cut, so it goes whole
             target = size - cut if path.endswith(".txt") else keep
-            with contextlib.suppress(OSError):
-                os.truncate(path, target)
+            if _cut(path, target):
                 over -= size - target
                 self.cut_bytes += size - target
         return True
+
+
+def _cut(path: str, size: int) -> bool:
+    """Truncate the regular file ``path`` (never through a symlink) to ``size`` bytes. mcp-console
+    makes a cell's raw output read-only once written: the owner lends itself write permission for
+    the cut and gives the file its mode back."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        mode = stat.S_IMODE(info.st_mode)
+        os.fchmod(fd, mode | stat.S_IWUSR)
+        try:
+            writer = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                if os.fstat(writer).st_ino != info.st_ino:
+                    return False
+                os.ftruncate(writer, size)
+            finally:
+                os.close(writer)
+        finally:
+            os.fchmod(fd, mode)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def kill_cells(worker: psutil.Process) -> None:

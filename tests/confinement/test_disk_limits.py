@@ -59,7 +59,8 @@ async def test_a_flood_of_writes_into_the_workspace_stops_at_the_limit(
         assert "never" not in out.text
         written = sum(p.stat().st_size for p in workspace.glob("flood-*.bin"))
         # stopped at the limit, give or take what one cell writes between two looks (3 GiB unchecked)
-        assert limit <= written < limit + 512 * MiB, written
+        # (blocks are counted, which may run a little ahead of the sizes)
+        assert limit - 8 * MiB <= written < limit + 512 * MiB, written
         assert hashlib.sha256(before.read_bytes()).hexdigest() == digest  # nothing written before was touched
         usage = c.status().usage
         assert usage is not None and usage.writes_bytes is not None and usage.writes_bytes >= limit
@@ -94,10 +95,10 @@ async def test_a_background_writer_left_by_a_cell_is_stopped_too(workspace: Path
         for _ in range(200):  # the writer is stopped within a few looks of passing the limit
             await c.run(python="import time; time.sleep(0.05)")
             now = (workspace / "bg.bin").stat().st_size if (workspace / "bg.bin").exists() else 0
-            if now == size and now >= limit:
+            if now == size and now >= limit - 8 * MiB:
                 break
             size = now
-        assert limit <= size < limit + 512 * MiB, size
+        assert limit - 8 * MiB <= size < limit + 512 * MiB, size
         after = await c.run(python="print(1 + 1)")
         assert after.text.strip() == "2", after
 
@@ -204,7 +205,9 @@ def test_the_recording_cap_cuts_only_what_the_cell_added(tmp_path: Path) -> None
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     (cells / "cell-002.txt").write_bytes(b"2" * (3 * MiB))
     (cells / "cell-002.png").write_bytes(b"\x89PNG" + b"p" * MiB)
+    (cells / "cell-002.txt").chmod(0o400)  # mcp-console makes a cell's raw output read-only once written
     assert cap.after_cell(rec) is True
+    assert (cells / "cell-002.txt").stat().st_mode & 0o777 == 0o400  # its mode given back
     assert (cells / "cell-001.txt").stat().st_size == 2 * MiB  # an earlier cell's output is untouched
     assert (cells / "cell-002.png").stat().st_size in (0, 4 + MiB)  # an image is never cut in half
     assert (cells / "cell-002.txt").stat().st_size < 3 * MiB  # the cell's text was cut
