@@ -262,7 +262,7 @@ def plan_confinement(
             writes,
             "accounting",
             "the bytes added to the writable folders are measured while cells run; past the limit the cells are "
-            "stopped (overshoot: what one cell writes in about 0.25 s)",
+            "stopped (overshoot: what the cells write between two looks, 20 ms to 0.25 s)",
         )
         weak["writes"] = "the bridge's accounting stops the cells once they overdraw; no file system cap holds it"
     confinement = Confinement(

@@ -215,7 +215,8 @@ def _check_limits() -> list[Check]:
     systemd = f"; systemd {host.systemd} manager (transient scopes)" if host.systemd else "; no systemd manager"
     checks = [Check("cgroups", "info", cgroups + systemd, required=False)]
     try:
-        plan = plan_confinement(Limits(enforce="best_effort"), f"doctor-{os.getpid()}", host)
+        # a session whose cells may write the workspace (``--profile workspace``): the writes limit's mechanism
+        plan = plan_confinement(Limits(enforce="best_effort"), f"doctor-{os.getpid()}", host, writable=True)
     except BridgeError as exc:
         return [*checks, Check("limits", "fail", error_text(exc))]
     plan.release()
@@ -224,16 +225,17 @@ def _check_limits() -> list[Check]:
         if value is None:
             checks.append(Check(f"limit {name}", "info", "not set by default", required=False))
             continue
-        shown = human_size(int(value)) if name in ("memory", "tmpdir", "recording") else str(value)
+        shown = human_size(int(value)) if name in ("memory", "tmpdir", "recording", "writes") else str(value)
         if report.enforced_by is None:
             checks.append(
                 Check(f"limit {name}", "fail", f"{shown}: cannot be enforced here ({report.note})",
                       data={"value": value, "enforced_by": None})
             )
             continue
-        strength = "whole tree" if report.enforced_by in TREE_WIDE else "per process"
-        if name == "recording":
-            strength = "per output file"
+        strength = {
+            "recording": "the session's total",
+            "writes": "bridge accounting; read-only profiles: nothing to write",
+        }.get(name) or ("whole tree" if report.enforced_by in TREE_WIDE else "per process")
         note = f"; {report.note}" if report.note else ""
         checks.append(
             Check(f"limit {name}", "ok", f"{shown} by {report.enforced_by} ({strength}){note}",
