@@ -457,8 +457,8 @@ class SessionConfinement:
             return False
         return info.f_bavail * info.f_frsize < 1 << 20
 
-    def cpu_busy(self, window: float = 0.3) -> Callable[[], Awaitable[bool]] | None:
-        """An async check: did the session tree use more than 20% of a CPU over ``window`` seconds?"""
+    def cpu_busy(self, window: float = 0.5) -> Callable[[], Awaitable[bool]] | None:
+        """An async check: did the session tree use more than 10% of a CPU over ``window`` seconds?"""
         groups = self.confinement.cgroups if self.confinement is not None else None
         if groups is None:
             return None
@@ -476,7 +476,9 @@ class SessionConfinement:
 
             first = await anyio.to_thread.run_sync(usage)
             await anyio.sleep(window)
-            return await anyio.to_thread.run_sync(usage) - first > 0.2 * window
+            # 10%: a leftover busy loop gets more than that of a CPU even on a host loaded several
+            # times over; an idle worker and the server answering the interrupt use far less.
+            return await anyio.to_thread.run_sync(usage) - first > 0.1 * window
 
         return check
 
