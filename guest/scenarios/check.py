@@ -402,7 +402,7 @@ def check_attacks(report: Report, base: Path) -> None:
                 f"attacks-restart-{starts}" if starts else "attacks-start",
                 lambda: Console("w", limits=limits(**ATTACK_LIMITS), startup_timeout=STARTUP_TIMEOUT),
             )
-            starts = starts + 1 if console is not None else -1   # a refused start is not retried
+            starts = starts + 1 if console is not None else -1  # a refused start is not retried
         if console is None:
             report.record(check, False, 0.0, why="no session (see attacks-start)")
             continue
@@ -428,8 +428,10 @@ def check_attacks(report: Report, base: Path) -> None:
                         d["why"] += f"; after settling it raised {type(again).__name__}: {again}"[:300]
                     else:
                         d["why"] += "; after settling the next cell ran"
-                        d["ok"] = result.error is not None and result.error.kind == "limit" and (
-                            after.text.strip() == "2" and after.error is None
+                        d["ok"] = (
+                            result.error is not None
+                            and result.error.kind == "limit"
+                            and (after.text.strip() == "2" and after.error is None)
                         )
             else:
                 usable = True
@@ -448,12 +450,98 @@ def check_attacks(report: Report, base: Path) -> None:
         close_quietly(console)
 
 
+DISK_LIMITS = {"memory": "768MiB", "processes": 64, "tmpdir": "64MiB", "writes": "48MiB", "recording": "4MiB"}
+WRITE_FLOOD = f"""
+import time
+end, written = time.monotonic() + {ATTACK_SECONDS}, 0
+while written < (3 << 30) and time.monotonic() < end:   # at most 3 GiB, over 40 files
+    with open(f"flood-{{(written >> 20) % 40}}.bin", "ab") as f:
+        f.write(b"z" * (1 << 20))
+    written += 1 << 20
+raise RuntimeError(f"wrote {{written >> 20}} MiB into the workspace: no limit stopped it")
+"""
+SHM_FILL = f"""
+import time
+end, written = time.monotonic() + {ATTACK_SECONDS}, 0
+with open("/dev/shm/fill.bin", "wb") as f:
+    while written < (1 << 30) and time.monotonic() < end:   # at most 1 GiB
+        f.write(b"s" * (1 << 20))
+        f.flush()
+        written += 1 << 20
+raise RuntimeError(f"wrote {{written >> 20}} MiB to /dev/shm: no limit stopped it")
+"""
+OUTPUT = "import sys\nfor _ in range(2):\n    sys.stdout.write('y' * (1 << 20))\n'end'"
+
+
+def check_disk(report: Report, base: Path) -> None:
+    """Bounded disk under the workspace profile: a 40-file write flood stops at the writes limit,
+    /dev/shm at the TMPDIR's cap, 8 cells of 2 MiB output leave at most the recording limit on
+    disk; each hit is error.kind == "limit" naming it, and the next cell works."""
+    from console_bridge import Console
+
+    folder = fresh_dir(base, "disk")
+    workspace = folder / "w"
+    workspace.mkdir()
+    (workspace / "kept.csv").write_text("a,b\n1,2\n")
+    os.chdir(folder)
+    console = start_session(
+        report,
+        "disk-start",
+        lambda: Console(
+            "w",
+            profile="workspace",
+            limits=limits(**DISK_LIMITS),
+            recordings_dir=folder / "rec",
+            startup_timeout=STARTUP_TIMEOUT,
+        ),
+    )
+    if console is None:
+        return
+    try:
+        with report.timed("disk-mechanisms") as d:
+            held = {name: console.status().limits[name]["enforced_by"] for name in ("writes", "recording", "tmpdir")}
+            d["limits"] = held
+            d["ok"] = held == {"writes": "accounting", "recording": "rlimit", "tmpdir": "tmpfs"}
+            d["why"] = f"held by {held}"
+        for name, code, limit in (("writes-flood", WRITE_FLOOD, "writes"), ("shm-fill", SHM_FILL, "tmpdir")):
+            with report.timed(f"disk-{name}") as d:
+                result = console.run(python=code, timeout=ATTACK_SECONDS * 6)
+                err = d["error"] = error_of(result)
+                after = console.run(python="1+1", timeout=120)
+                written = sum(p.stat().st_size for p in workspace.glob("flood-*.bin")) >> 20
+                d["written_mib"] = written
+                d["ok"] = (
+                    err is not None
+                    and err["kind"] == "limit"
+                    and err["name"] == limit
+                    and after.text.strip() == "2"
+                    and after.error is None
+                    and (limit != "writes" or 40 <= written < 48 + 512)
+                    and (workspace / "kept.csv").read_text() == "a,b\n1,2\n"
+                )
+                d["why"] = f"ended with {err}; {written} MiB in flood files; next cell {after.text.strip()!r}"
+        with report.timed("disk-recording-total") as d:
+            names = []
+            for _ in range(8):
+                result = console.run(python=OUTPUT, timeout=120)
+                names.append(result.error.name if result.error is not None else None)
+            recording = console.status().recording
+            size = sum(f.stat().st_size for f in recording.rglob("*") if f.is_file()) if recording else -1
+            after = console.run(python="1+1", timeout=120)
+            d["cells"], d["recording_bytes"] = names, size
+            d["ok"] = "recording" in names and 0 < size <= 4 << 20 and after.text.strip() == "2"
+            d["why"] = f"cells {names}; recording {size} bytes on disk; next cell {after.text.strip()!r}"
+    finally:
+        close_quietly(console)
+
+
 CHECKS: dict[str, Callable[[Report, Path, Path], None]] = {
     "doctor": lambda r, bed, base: check_doctor(r, base),
     "quick-start": check_quick_start,
     "cli-run": check_cli_run,
     "api": lambda r, bed, base: check_api_and_canaries(r, base),
     "attacks": lambda r, bed, base: check_attacks(r, base),
+    "disk": lambda r, bed, base: check_disk(r, base),
 }
 
 
