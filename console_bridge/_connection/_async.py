@@ -19,6 +19,7 @@ from console_bridge._config import ServerSpec, StdioSpec, load_server_spec
 from console_bridge._confinement._plan import Supervision
 from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
 from console_bridge._connection._session_host import SessionHost, startup_error
+from console_bridge._connection._startup import start_within
 from console_bridge._connection._status import ConnectionStatus, Page, State
 from console_bridge._connection._wire import (
     Kind,
@@ -159,38 +160,15 @@ class AsyncMcpConnection(NotCopyable):
             return
         self._state = "connecting"
         self._gate.audit("lifecycle", action="connect_start")
-        self._host.start()
-        with anyio.move_on_after(self.startup_timeout) as scope:
-            try:
-                await self._host.ready.wait()
-            except anyio.get_cancelled_exc_class():
-                if not scope.cancel_called:  # cancelled by the caller: stop what was started
-                    with anyio.CancelScope(shield=True):
-                        await self._finish(ConnectionClosed(f"connect() to {self.server!r} was cancelled"))
-                raise
-            if self._host.failure:
-                await self._finish(None)
-                raise self._translate_startup(self._host.failure[0])
-            assert self._session is not None
-            try:
-                await self._handshake(self._session)
-            except BaseException as exc:
-                if isinstance(exc, anyio.get_cancelled_exc_class()) and scope.cancel_called:
-                    raise  # the startup deadline: reported as CallTimeout below
-                with anyio.CancelScope(shield=True):
-                    await self._finish(exc if isinstance(exc, ConnectionClosed) else None)
-                if isinstance(exc, BridgeError | anyio.get_cancelled_exc_class()):
-                    raise  # a caller's cancellation stays a cancellation
-                raise self._translate_startup(exc) from None
-        if scope.cancelled_caught:
-            error = CallTimeout(
-                f"server {self.server!r} did not start, initialize and list within startup_timeout="
-                f"{self.startup_timeout:g}s; it was stopped. Check the command, or raise startup_timeout.",
-                **self._context(),
-            )
-            with anyio.CancelScope(shield=True):
-                await self._finish(error)
-            raise error
+        await start_within(
+            self._host,
+            server=self.server,
+            startup_timeout=self.startup_timeout,
+            handshake=self._handshake,
+            finish=self._finish,
+            translate=self._translate_startup,
+            context=self._context,
+        )
         self._state = "idle"
         self._gate.audit("lifecycle", action="connect", pid=self.pid, server_info=self._server_info)
 

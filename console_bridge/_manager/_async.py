@@ -23,13 +23,13 @@ from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed, ServerError
 from console_bridge._hostfs import remove_tree
 from console_bridge._identity import Owner
+from console_bridge._manager._culling import observe, verdicts
 from console_bridge._manager._entry import Entry, Waiter, calls_of, server_alive
 from console_bridge._manager._info import (
     ManagerStats,
     SessionInfo,
     SessionState,
     count_option,
-    cull_reason,
     refill_count,
     seconds_option,
     summarize,
@@ -538,30 +538,15 @@ class AsyncSessionManager(NotCopyable):
 
     def _check(self) -> None:
         """Cull idle and old in-use sessions, drop dead warm ones, refill after a back-off."""
-        now = time.monotonic()
-        for entry in list(self._entries.values()):
-            if entry.state == "warm" and not server_alive(entry):
+        found = verdicts(list(self._entries.values()), idle_timeout=self.idle_timeout, max_lifetime=self.max_lifetime)
+        for verdict, entry, why in found:
+            if verdict == "dead":
                 self._counts["discarded"] += 1
                 self._ready.remove(entry)
                 self._discard(entry)
-                continue
-            if entry.state == "in_use" and entry.console.status().state == "closed":
-                # Closed by its owner directly (console.close()) or crashed: its slot frees.
-                self._forget(entry, "closed (by its owner, or its server stopped)")
-                continue
-            if entry.state == "in_use":
-                self._observe(entry, now)
-            elif entry.state != "warm":
-                continue
-            last = entry.last_used if entry.state == "in_use" else now
-            why = cull_reason(
-                now=now,
-                created=entry.created,
-                last_used=last,
-                idle_timeout=self.idle_timeout,
-                max_lifetime=self.max_lifetime,
-            )
-            if why is not None:
+            elif verdict == "closed":
+                self._forget(entry, why)
+            else:
                 self._counts["culled"] += 1
                 entry.console.set_close_reason(why)
                 if entry in self._ready:
@@ -570,14 +555,6 @@ class AsyncSessionManager(NotCopyable):
                 self._spawn("cull", self._close_entry, entry, why)
         self._refill()
 
-    @staticmethod
-    def _observe(entry: Entry, now: float) -> None:
-        calls, busy = calls_of(entry.console)
-        if busy or calls != entry.calls_seen:
-            entry.calls_seen = calls
-            entry.last_used = now
-            entry.last_used_wall = datetime.now(UTC)
-
     # ---------------------------------------------------------------- status
     def sessions(self) -> list[SessionInfo]:
         """Every session this manager holds, oldest first (local state only)."""
@@ -585,7 +562,7 @@ class AsyncSessionManager(NotCopyable):
         out = []
         for entry in self._entries.values():
             if entry.state == "in_use":
-                self._observe(entry, now)
+                observe(entry, now)
             recording = entry.console.recording if entry.state != "starting" else None
             out.append(
                 SessionInfo(

@@ -240,7 +240,7 @@ def test_host_line_is_one_inert_line() -> None:
 
 
 def test_error_and_notice_lines_are_inert(capsys: pytest.CaptureFixture[str]) -> None:
-    from console_bridge.cli._run import Terminal
+    from console_bridge.cli._run_terminal import Terminal
 
     term = Terminal(stream=True, quiet=False, raw=True)  # --raw is about the code's output, not these lines
     term.error("value.py: the code raised: ValueError: ##vso[task.setvariable variable=PWNED]1")

@@ -11,7 +11,10 @@ import anyio
 import pytest
 
 from console_bridge import AsyncSessionManager, ConnectionClosed, LaunchRefused, Owner, SessionManager
-from console_bridge._manager._info import cull_reason, percentile, refill_count
+from console_bridge._console._session import AsyncConsole
+from console_bridge._manager._culling import verdicts
+from console_bridge._manager._entry import Entry
+from console_bridge._manager._info import SessionState, cull_reason, percentile, refill_count
 
 
 def test_refill_fills_to_the_target_within_capacity() -> None:
@@ -25,6 +28,31 @@ def test_refill_yields_to_waiting_claims_and_backs_off() -> None:
     assert refill_count(target=2, warm=0, live=1, max_sessions=4, waiting=1, backing_off=False) == 0
     assert refill_count(target=2, warm=0, live=0, max_sessions=4, waiting=0, backing_off=True) == 0
     assert refill_count(target=0, warm=0, live=0, max_sessions=4, waiting=0, backing_off=False) == 0
+
+
+def test_the_check_names_dead_idle_and_old_sessions_one_at_a_time(tmp_path: Path) -> None:
+    """The culling verdicts, from local state only (consoles never started, no process)."""
+
+    def entry(name: str, state: SessionState, *, age: float, idle: float) -> Entry:
+        found = Entry(name, AsyncConsole(tmp_path), state=state)
+        found.created -= age
+        found.last_used = found.created + age - idle
+        return found
+
+    dead = entry("dead", "warm", age=0, idle=0)  # warm, but no server process was ever seen
+    idle = entry("idle", "in_use", age=50, idle=20)
+    old = entry("old", "in_use", age=100, idle=0)
+    fresh = entry("fresh", "in_use", age=1, idle=0)
+    starting = entry("starting", "starting", age=1000, idle=1000)
+    found = verdicts([dead, idle, old, fresh, starting], idle_timeout=10.0, max_lifetime=60.0)
+    assert next(found)[:2] == ("dead", dead)
+    assert next(found)[:2] == ("cull", idle)
+    old.state = "closing"  # what the manager did after one verdict is what the check of the next sees
+    assert list(found) == []
+    old.state = "in_use"
+    [(_, _, idle_why), (verdict, _, old_why)] = verdicts([idle, old, fresh], idle_timeout=10.0, max_lifetime=60.0)
+    assert verdict == "cull"
+    assert "10 s idle" in idle_why and "max_lifetime=60" in old_why
 
 
 def test_cull_reasons_name_the_bound() -> None:

@@ -1,0 +1,224 @@
+"""The outcome log: where the hooks write (``outcomes.jsonl``, ``outputs.jsonl`` in a private folder of
+the session's TMPDIR), reading it safely (never through a symlink, bounded), and parsing what was appended
+into failures, notices and rich outputs. See ``_outcome`` for how the hooks learn a cell failed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from console_bridge._results import CellFailure, Output, output_from_record
+
+__all__ = [
+    "OUTCOMES_FILE",
+    "OUTPUTS_FILE",
+    "OutcomeLog",
+    "Records",
+    "limit_failure",
+    "outcome_dir_name",
+    "parse_records",
+    "worker_exited_failure",
+]
+
+OUTCOMES_FILE = "outcomes.jsonl"
+OUTPUTS_FILE = "outputs.jsonl"
+_MAX_READ = 4 * 1024 * 1024
+_MAX_TEXT = 20_000
+
+
+def outcome_dir_name(nonce: str) -> str:
+    """The private folder (inside the worker's TMPDIR) the hooks write to."""
+    return f".console-bridge-{nonce}"
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """What the hooks appended: failures (oldest first) and notices about the worker."""
+
+    failures: tuple[CellFailure, ...] = ()
+    notices: tuple[tuple[str, str], ...] = ()
+    ready_at: float | None = None  # when the startup code finished (epoch seconds): the first cell starts
+
+
+def parse_records(data: bytes) -> Records:
+    """Parse appended JSON lines; malformed lines are skipped (a partial last line included)."""
+    failures: list[CellFailure] = []
+    notices: list[tuple[str, str]] = []
+    ready_at: float | None = None
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            entry: Any = json.loads(raw.decode("utf-8", "replace"))
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("type") == "failure":
+            kind = entry.get("kind")
+            failures.append(
+                CellFailure(
+                    language=str(entry.get("language") or ""),
+                    name=str(entry.get("name") or "Error")[:200],
+                    message=str(entry.get("message") or "")[:_MAX_TEXT],
+                    traceback=str(entry.get("traceback") or "")[-_MAX_TEXT:],
+                    kind=kind if kind in ("exception", "limit", "worker_exited") else "exception",
+                )
+            )
+        elif entry.get("type") == "ready" and isinstance(entry.get("at"), int | float):
+            ready_at = float(entry["at"])
+        elif entry.get("type") == "notice":
+            notices.append((str(entry.get("topic") or ""), str(entry.get("message") or "")[:2000]))
+    return Records(tuple(failures), tuple(notices), ready_at)
+
+
+def limit_failure(limit: str, language: str, detail: str = "") -> CellFailure:
+    """The failure of a cell killed at a resource limit (``limit``: "memory", "processes", "tmpdir", ...).
+
+    The hook for the confinement layer: it reads the cgroup counters and builds this.
+    """
+    message = detail or f"the cell was stopped at the session's {limit} limit"
+    return CellFailure(language=language, name=limit, message=message, traceback="", kind="limit")
+
+
+def worker_exited_failure(language: str, status: int | None) -> CellFailure:
+    """The failure of a cell whose worker process ended (``sys.exit``, ``os._exit``, a crash)."""
+    shown = "unknown" if status is None else str(status)
+    return CellFailure(
+        language=language,
+        name="WorkerExited",
+        message=f"the worker exited with status {shown}; its in-memory state is lost",
+        traceback="",
+        kind="worker_exited",
+    )
+
+
+class OutcomeLog:
+    """The hooks' ``outcomes.jsonl``, found under the session's private TMPDIR and read safely.
+
+    The folder is writable by cells, so it is never trusted for paths: every open uses
+    ``O_NOFOLLOW``, only a regular file is read, and reads are bounded. Once found, the
+    folder is kept open and its files are opened relative to it (read before and after every
+    cell: no walk through the server's root, no pathlib, no symlinked folder on the way); a
+    file that is gone or no longer regular is looked for again.
+    """
+
+    def __init__(self, root: Path, nonce: str, *, max_depth: int = 4) -> None:
+        self.root = root
+        self.dir_name = outcome_dir_name(nonce)
+        self.max_depth = max_depth
+        self._path: Path | None = None
+        self._dir_fd: int | None = None  # the folder of self._path, opened O_DIRECTORY | O_NOFOLLOW
+
+    def close(self) -> None:
+        if self._dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._dir_fd)
+            self._dir_fd = None
+        self._path = None
+
+    def _locate(self) -> tuple[Path, int] | None:
+        """The log and its size now, or None when there is none (yet)."""
+        if self._path is not None:
+            size = _regular_size(OUTCOMES_FILE, self._dir_fd)
+            if size is not None:
+                return self._path, size
+        self.close()
+        level = [str(self.root)]
+        for _ in range(self.max_depth):
+            following: list[str] = []
+            for folder in level:
+                try:
+                    entries = list(os.scandir(folder))
+                except OSError:
+                    continue
+                for entry in entries:
+                    if not entry.is_dir(follow_symlinks=False):
+                        continue
+                    if entry.name == self.dir_name:
+                        try:
+                            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                        except OSError:
+                            continue
+                        size = _regular_size(OUTCOMES_FILE, fd)
+                        if size is not None:
+                            self._path, self._dir_fd = Path(entry.path) / OUTCOMES_FILE, fd
+                            return self._path, size
+                        os.close(fd)
+                    else:
+                        following.append(entry.path)
+            level = following
+        return None
+
+    def mark(self) -> tuple[Path | None, int]:
+        """Where the log ends now (taken before a cell is submitted)."""
+        found = self._locate()
+        return (None, 0) if found is None else found
+
+    def _tail(self, name: str, offset: int, limit: int) -> bytes | None:
+        """The bytes of the regular file ``name`` (in the kept folder) after ``offset`` (at most
+        ``limit``); None when it cannot be opened without following a link or is not regular."""
+        if self._dir_fd is None:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._dir_fd)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_size <= offset:
+                return b""
+            return os.pread(fd, min(info.st_size - offset, limit), offset)
+        finally:
+            os.close(fd)
+
+    def read_since(self, mark: tuple[Path | None, int]) -> Records:
+        """The records appended after ``mark``."""
+        data = None
+        if self._path is not None:  # the file found before: opened as is (O_NOFOLLOW, regular only)
+            data = self._tail(OUTCOMES_FILE, mark[1] if mark[0] == self._path else 0, _MAX_READ)
+        if data is None:
+            found = self._locate()
+            if found is None:
+                return Records()
+            path = found[0]
+            data = self._tail(OUTCOMES_FILE, mark[1] if mark[0] == path else 0, _MAX_READ)
+        return parse_records(data) if data else Records()
+
+    def read_outputs(self, offset: int, *, max_bytes: int = 64 * 1024 * 1024) -> tuple[int, dict[str, Output]]:
+        """The rich results the worker appended to ``outputs.jsonl`` (beside the outcomes) after
+        ``offset``: the new offset (complete lines only) and the outputs by id."""
+        if self._path is None and self._locate() is None:
+            return offset, {}
+        data = self._tail(OUTPUTS_FILE, offset, max_bytes)
+        if not data:
+            return offset, {}
+        end = data.rfind(b"\n")
+        if end < 0:
+            return offset, {}
+        found: dict[str, Output] = {}
+        for raw in data[: end + 1].split(b"\n"):
+            try:
+                entry: Any = json.loads(raw.decode("utf-8", "replace")) if raw.strip() else None
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                output = output_from_record(entry.get("kind"), entry.get("data"), entry.get("table"))
+                if output is not None:
+                    found[entry["id"]] = output
+        return offset + end + 1, found
+
+
+def _regular_size(name: str, dir_fd: int | None) -> int | None:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None

@@ -1,0 +1,513 @@
+"""The Python side of cell outcomes: the startup code the worker runs before the first cell, and
+``yaml_string`` to pass it as ``startup.code``. See ``_outcome``.
+
+The startup code installs the exception and thread hooks and, for SQL, a DuckDB connection whose
+failures are recorded; it also frames stderr, records rich displays and SQL tables (``outputs.jsonl``),
+keeps cells' sources for tracebacks, reads bytecode from the environments, and, offline, makes an
+installer started from a cell fail at once."""
+
+from __future__ import annotations
+
+import json
+
+from console_bridge._console._outcome_log import outcome_dir_name
+
+__all__ = ["python_startup_code", "yaml_string"]
+
+
+def yaml_string(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar (JSON strings are valid YAML)."""
+    return json.dumps(text, ensure_ascii=True)
+
+
+_PYTHON_STARTUP = r'''
+def _console_bridge_bytecode():
+    # mcp-console points the worker at a bytecode cache (PYTHONPYCACHEPREFIX) that does not exist
+    # and that cells could not be trusted to share: every import compiled from source, every
+    # session. Imports read the environments' own __pycache__ (compiled by pip, read-only to
+    # cells) instead, and the bridge writes no bytecode anywhere; Python started by a cell too.
+    import os, sys
+    sys.pycache_prefix = None
+    sys.dont_write_bytecode = True
+    os.environ.pop("PYTHONPYCACHEPREFIX", None)
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+
+
+_console_bridge_bytecode()
+del _console_bridge_bytecode
+
+
+def _console_bridge_sources():
+    # Cells compile from strings named "<mcp-console:python:eN>", which linecache cannot read:
+    # tracebacks and warnings showed no source line. Each cell's source is kept in linecache
+    # as Python compiles it (the "compile" audit event), so earlier cells' functions show too.
+    import linecache, sys
+
+    cache = linecache.cache
+
+    def on_audit(event, args):
+        if event == "compile" and len(args) == 2:
+            source, filename = args
+            if isinstance(filename, str) and filename.startswith("<mcp-console:") and filename not in cache:
+                if isinstance(source, bytes):
+                    source = source.decode("utf-8", "replace")
+                if isinstance(source, str):
+                    cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+    sys.addaudithook(on_audit)
+
+
+_console_bridge_sources()
+del _console_bridge_sources
+
+
+def _console_bridge_no_installs(offline):
+    # Cells have no network, so an installer (pip, uv, conda, apt) started from a cell spent 10-12 s
+    # in DNS retries before it failed. Starting one fails at once instead, saying why.
+    if not offline:
+        return
+    import os, re, sys
+
+    events = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn"}
+    installers = re.compile(r"^(pip(\d+(\.\d+)?)?|uv|conda|mamba|micromamba|poetry|pipenv|apt|apt-get)$")
+    verbs = {"install", "add", "sync"}
+    message = ("no network in the sandbox; installs are disabled (console-bridge stopped {0!r}). Use the "
+               "packages of the worker's environment, or have the host install what is missing there")
+
+    def words(value):
+        if isinstance(value, (str, bytes, os.PathLike)):
+            text = os.fsdecode(value)
+            return [word for word in re.split(r"[\s;&|()]+", text) if word]
+        if isinstance(value, (list, tuple)):
+            return [word for item in value for word in words(item)]
+        return []
+
+    def installing(argv):
+        names = [os.path.basename(word) for word in argv]
+        for index, name in enumerate(names):
+            if installers.match(name.removesuffix(".exe")) and verbs & set(names[index + 1 : index + 4]):
+                return True
+        return False
+
+    def on_audit(event, args):
+        if event in events:
+            argv = words(args[1] if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") else
+                         args[2] if event == "os.spawn" else args[0])
+            if installing(argv):
+                raise PermissionError(message.format(" ".join(argv)[:200]))
+
+    sys.addaudithook(on_audit)
+
+
+_console_bridge_no_installs(%(offline)s)
+del _console_bridge_no_installs
+
+
+def _console_bridge_streams():
+    # mcp-console merges stderr into stdout. Each write to sys.stderr is framed by two Unicode
+    # noncharacters (_cells.STDERR_START/_END: reserved for internal use, they pass through
+    # mcp-console) so the bridge can tell the streams apart; it removes them. Output written to
+    # file descriptor 2 directly (a subprocess, C code) is not framed and counts as stdout.
+    import sys
+
+    class BridgeStderr:
+        def __init__(self, stream):
+            self._console_bridge_stream = stream
+
+        def write(self, text):
+            if not isinstance(text, str) or not text:
+                return self._console_bridge_stream.write(text)
+            self._console_bridge_stream.write("\ufdd0" + text + "\ufdd1")
+            return len(text)
+
+        def writelines(self, lines):
+            for line in lines:
+                self.write(line)
+
+        def __getattr__(self, name):
+            return getattr(self._console_bridge_stream, name)
+
+    if not hasattr(sys.stderr, "_console_bridge_stream"):
+        sys.stderr = BridgeStderr(sys.stderr)
+
+
+_console_bridge_streams()
+del _console_bridge_streams
+
+
+def _console_bridge_displays(path):
+    # Rich results, the way IPython's display formatter builds them: the cell's final value and
+    # each display() become a MIME bundle, appended as one JSON line to outputs.jsonl; stdout
+    # gets its text/plain framed by noncharacters (_cells.DISPLAY_*) so the bridge knows where
+    # it was shown. IPython's own display() is redirected here when a cell imports it.
+    import base64, builtins, itertools, json, os, secrets, sys
+
+    token = secrets.token_hex(4)
+    counter = itertools.count(1)
+    methods = (
+        ("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"), ("text/latex", "_repr_latex_"),
+        ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"), ("image/jpeg", "_repr_jpeg_"),
+        ("application/json", "_repr_json_"),
+    )
+    limit = 20 * 1024 * 1024
+
+    def encode(mime, value):
+        if isinstance(value, tuple) and len(value) == 2:
+            value = value[0]  # (data, metadata)
+        if isinstance(value, (bytes, bytearray)):
+            if mime.startswith("image/") and mime != "image/svg+xml":
+                return base64.b64encode(bytes(value)).decode("ascii")
+            return bytes(value).decode("utf-8", "replace")
+        if mime == "application/json":
+            return json.loads(json.dumps(value, default=str))
+        return value if isinstance(value, str) else None
+
+    def bundle(value):
+        data = {}
+        cls = type(value)
+        if getattr(cls, "_repr_mimebundle_", None) is not None:
+            try:
+                got = value._repr_mimebundle_(include=None, exclude=None)
+                if isinstance(got, tuple):
+                    got = got[0]
+                if isinstance(got, dict):
+                    for mime, item in got.items():
+                        encoded = encode(str(mime), item)
+                        if encoded is not None:
+                            data[str(mime)] = encoded
+            except Exception:
+                pass
+        for mime, name in methods:
+            if mime in data or getattr(cls, name, None) is None:
+                continue
+            try:
+                encoded = encode(mime, getattr(value, name)())
+            except Exception:
+                continue
+            if encoded is not None:
+                data[mime] = encoded
+        if "text/plain" not in data:
+            try:
+                data["text/plain"] = repr(value)
+            except Exception as exc:
+                data["text/plain"] = f"<unrepresentable {cls.__name__}: {exc!r}>"
+        return data
+
+    def emit(kind, data, table=None):
+        ident = f"{token}-{next(counter)}"
+        data = {mime: item for mime, item in data.items() if len(str(item)) <= limit or mime == "text/plain"}
+        record = {"id": ident, "kind": kind, "data": data}
+        if table is not None:
+            record["table"] = table
+        line = json.dumps(record, default=str) + "\n"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            try:
+                os.write(fd, line.encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+        except OSError:
+            ident = ""
+        plain = str(data.get("text/plain", ""))
+        sys.stdout.write("\ufdd2" + ident + "\ufdd3" + plain + ("" if plain.endswith("\n") else "\n") + "\ufdd4")
+
+    def displayhook(value):
+        if value is None:
+            return
+        builtins._ = None
+        emit("result", bundle(value))
+        builtins._ = value
+
+    def display(*objs, include=None, exclude=None, metadata=None, transient=None, display_id=None, raw=False,
+                clear=False, **kwargs):
+        for value in objs:
+            if raw and isinstance(value, dict):
+                emit("display", {str(k): v for k, v in value.items()})
+            else:
+                emit("display", bundle(value))
+
+    sys.displayhook = displayhook
+    builtins.display = display
+
+    class IPythonDisplay:
+        """Points IPython's display() here when a cell imports IPython (no kernel runs in the worker)."""
+
+        target = "IPython.core.display_functions"
+
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != self.target:
+                return None
+            import importlib.util
+            sys.meta_path.remove(self)
+            try:
+                spec = importlib.util.find_spec(fullname)
+            finally:
+                sys.meta_path.insert(0, self)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            original = spec.loader.exec_module
+
+            def exec_module(module):
+                original(module)
+                module.display = display
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    loaded = sys.modules.get(IPythonDisplay.target)
+    if loaded is not None:
+        loaded.display = display
+    else:
+        sys.meta_path.insert(0, IPythonDisplay())
+    return emit
+
+
+def _console_bridge_tables(emit):
+    # A SQL cell's result as a table: the worker previews a query by fetchmany() on the connection
+    # from its _fallback_show, then print()s a text grid. The rows fetched there are kept, and
+    # that print() (looked up in the worker's SQL module) shows the grid as the cell's result,
+    # with an HTML table and the rows beside it (CellResult.table).
+    import builtins, html, sys
+
+    pending = []
+    width = 10_000
+
+    def cell(value):
+        if value is None or isinstance(value, (bool, int, float)):
+            return value
+        text = value if isinstance(value, str) else str(value)
+        return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+    def shown(value):
+        return "NULL" if value is None else html.escape(str(value))
+
+    def framed_print(*args, **kwargs):
+        if pending and len(args) == 1 and isinstance(args[0], str) and not kwargs:
+            table = pending.pop()
+            head = "".join(f"<th>{html.escape(str(name))}</th>" for name in table["columns"])
+            body = "".join(
+                "<tr>" + "".join(f"<td>{shown(value)}</td>" for value in row) + "</tr>" for row in table["rows"]
+            )
+            more = "<p><i>more rows not shown</i></p>" if table["truncated"] else ""
+            page = f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}'
+            emit("result", {"text/plain": args[0], "text/html": page}, table=table)
+            return None
+        pending.clear()
+        return builtins.print(*args, **kwargs)
+
+    def capture(description, rows):
+        caller = sys._getframe(2)
+        if caller.f_code.co_name != "_fallback_show":
+            return
+        try:
+            names = [str(column[0]) for column in description or ()]
+            preview = caller.f_globals.get("_PREVIEW_ROWS", len(rows))
+            kept = [[cell(value) for value in row] for row in list(rows)[:preview]]
+        except Exception:
+            return
+        pending[:] = [{"columns": names, "rows": kept, "truncated": len(rows) > preview}]
+        caller.f_globals["print"] = framed_print
+
+    return capture
+
+
+def _console_bridge_install(_dir_name, _want_sql):
+    import json, os, sys, threading, traceback
+    folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", _dir_name)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, "outcomes.jsonl")
+    # Created now, so the bridge finds it once and then only reads it.
+    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
+
+    def record(entry):
+        try:
+            line = (json.dumps(entry, default=str) + "\n").encode("utf-8", "replace")
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except Exception:
+            pass
+
+    private = set()  # ids of mcp-console's own code objects (its printer drops their frames too)
+
+    def public_traceback(error):
+        # The frames people read: the cell's and its libraries', not mcp-console's evaluator
+        # nor this startup code's (the worker's own printer drops the same ones from the text).
+        rendered = traceback.TracebackException.from_exception(error)
+
+        def prune(exception, summary, seen):
+            if exception is None or summary is None or id(exception) in seen:
+                return
+            seen.add(id(exception))
+            frames = []
+            tb = exception.__traceback__
+            for position in summary.stack:
+                if tb is None:
+                    break
+                code = tb.tb_frame.f_code
+                machinery = id(code) in private or code.co_filename == "<console startup>" or (
+                    code.co_filename == "<string>" and code.co_name.startswith("_mcp_console"))
+                if not machinery:
+                    frames.append(position)
+                tb = tb.tb_next
+            summary.stack = traceback.StackSummary.from_list(frames)
+            prune(exception.__cause__, summary.__cause__, seen)
+            prune(exception.__context__, summary.__context__, seen)
+
+        prune(error, rendered, set())
+        return "".join(rendered.format())
+
+    def failure(language, error, where=""):
+        try:
+            text = public_traceback(error)
+        except Exception:
+            try:
+                text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            except Exception:
+                text = ""
+        try:
+            message = str(error)
+        except Exception:
+            message = "<unprintable>"
+        name = type(error).__name__
+        if language == "sql":
+            head, sep, rest = message.partition(": ")
+            if sep and head.endswith(" Error") and "\n" not in head:
+                name, message = head, rest
+        record({"type": "failure", "language": language, "name": name, "message": message[:20000],
+                "traceback": text[-20000:], "kind": "exception", "where": where})
+
+    hooked = False
+    import gc, types
+    evaluators = [
+        fn for fn in gc.get_objects()
+        if isinstance(fn, types.FunctionType) and fn.__name__ == "_mcp_console_eval_cell"
+    ]
+    for fn in evaluators:
+        code = fn.__code__
+        if fn.__defaults__:
+            names = code.co_varnames[: code.co_argcount]
+            if "_print_exception" not in names:
+                continue
+            index = names.index("_print_exception") - (len(names) - len(fn.__defaults__))
+            if index < 0:
+                continue
+            original = fn.__defaults__[index]
+            inner = getattr(original, "__defaults__", None) or ()
+            private.update(*(item for item in inner if isinstance(item, set)))
+
+            def printer(error, *args, _original=original, **kwargs):
+                failure("python", error)
+                return _original(error, *args, **kwargs)
+
+            defaults = list(fn.__defaults__)
+            defaults[index] = printer
+            fn.__defaults__ = tuple(defaults)
+            hooked = True
+    del evaluators
+    if not hooked:
+        record({"type": "notice", "topic": "python",
+                "message": "console-bridge could not hook this mcp-console's Python worker: failed Python cells "
+                           "are not detected (only 0.0.5 and 0.0.6 are qualified)"})
+
+    thread_hook = threading.excepthook
+
+    def on_thread_error(args, _original=thread_hook):
+        if args.exc_type is not SystemExit:
+            failure("python", args.exc_value, where=getattr(args.thread, "name", ""))
+        return _original(args)
+
+    threading.excepthook = on_thread_error
+    capture_table = _console_bridge_tables(_console_bridge_displays(os.path.join(folder, "outputs.jsonl")))
+
+    class NoSQL:
+        """Never used: SQL cells are not offered when SQL is off (the worker insists on a connection)."""
+
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+
+            def call(*args, **kwargs):
+                return self
+
+            return call
+
+    if not _want_sql:
+        _console.sql_connection(NoSQL())
+        return
+
+    if _want_sql:
+        try:
+            import duckdb
+        except Exception as exc:
+            record({"type": "notice", "topic": "sql",
+                    "message": f"SQL is withheld: duckdb cannot be imported in the worker's Python "
+                               f"({sys.executable}): {exc}. Install it there (pip install duckdb, or "
+                               f"console-bridge[datascience])."})
+            _console.sql_connection(NoSQL())
+            return
+
+        class Connection:
+            """The worker's DuckDB connection; a failing call is recorded, then raised as before."""
+
+            def __init__(self, connection):
+                self._connection = connection
+
+            def _call(self, name, *args, **kwargs):
+                try:
+                    value = getattr(self._connection, name)(*args, **kwargs)
+                except duckdb.Error as exc:
+                    failure("sql", exc)
+                    raise
+                return self if value is self._connection else value
+
+            def execute(self, *args, **kwargs):
+                return self._call("execute", *args, **kwargs)
+
+            def sql(self, *args, **kwargs):
+                return self._call("sql", *args, **kwargs)
+
+            def query(self, *args, **kwargs):
+                return self._call("query", *args, **kwargs)
+
+            def fetchmany(self, *args, **kwargs):
+                rows = self._call("fetchmany", *args, **kwargs)
+                capture_table(self._connection.description, rows)
+                return rows
+
+            def cursor(self, *args, **kwargs):
+                return Connection(self._connection.cursor(*args, **kwargs))
+
+            def __getattr__(self, name):
+                value = getattr(self._connection, name)
+                if not callable(value) or name.startswith("_"):
+                    return value
+
+                def call(*args, **kwargs):
+                    return self._call(name, *args, **kwargs)
+
+                return call
+
+        _console.sql_connection(Connection(duckdb.connect()))
+
+
+_console_bridge_install(%(dir)s, %(sql)s)
+del _console_bridge_install
+import time as _cb_time, os as _cb_os, json as _cb_json
+with open(_cb_os.path.join(_cb_os.environ.get("TMPDIR") or "/tmp", %(dir)s, "outcomes.jsonl"), "a") as _cb_file:
+    _cb_file.write(_cb_json.dumps({"type": "ready", "at": _cb_time.time()}) + "\n")
+del _cb_time, _cb_os, _cb_json, _cb_file
+'''
+
+
+def python_startup_code(nonce: str, *, sql: bool, offline: bool = True) -> str:
+    """The Python the worker runs before the first cell: outcome hooks and, with ``sql``, a
+    DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice). With
+    ``offline`` (the sandbox has no network) a cell that starts an installer fails at once."""
+    return _PYTHON_STARTUP % {
+        "dir": repr(outcome_dir_name(nonce)),
+        "sql": "True" if sql else "False",
+        "offline": "True" if offline else "False",
+    }

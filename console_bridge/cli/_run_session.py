@@ -1,0 +1,237 @@
+"""``console-bridge run``'s session: start one verified console, run each file as one cell in order
+(stopping at the first failure, --timeout counting the cells' run time), collect files, close."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import traceback
+from typing import Any
+
+import anyio
+
+from console_bridge._console._sandbox import SandboxPolicy
+from console_bridge._console._session import AsyncConsole
+from console_bridge._errors import BridgeError, CellTimeout
+from console_bridge._results import CellResult
+from console_bridge.cli._common import ExitCode, error_text, exit_code_for, human_size
+from console_bridge.cli._detect import chunk_output, code_error
+from console_bridge.cli._run_sources import FileRun
+from console_bridge.cli._run_state import Options, RunState
+from console_bridge.cli._run_terminal import Terminal
+
+__all__ = ["run_session"]
+
+_TICK = 0.2  # seconds between redraws of the TTY status line
+
+
+def _describe(sandbox: dict[str, Any]) -> str:
+    try:
+        return SandboxPolicy(
+            sandboxed=bool(sandbox["sandboxed"]),
+            network=sandbox["network"],
+            writable=frozenset(sandbox["writable"]),
+            inherit_codex=bool(sandbox.get("inherit_codex", False)),
+        ).describe()
+    except (KeyError, TypeError, ValueError):
+        return json.dumps(sandbox)
+
+
+async def _ticker(term: Terminal) -> None:
+    while True:
+        await anyio.sleep(_TICK)
+        term.tick()
+
+
+async def run_session(opts: Options, state: RunState, term: Terminal) -> None:
+    """The whole session, with the status line redrawn while it runs (on a TTY)."""
+    async with anyio.create_task_group() as group:
+        if term.decorate:
+            group.start_soon(_ticker, term)
+        try:
+            await _drive(opts, state, term)
+        finally:
+            group.cancel_scope.cancel()
+
+
+def _remaining(opts: Options, state: RunState) -> float | None:
+    """What is left of --timeout: it counts the cells' run time, not the session's startup."""
+    if opts.timeout is None:
+        return None
+    return opts.timeout - state.cell_time
+
+
+async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
+    """Start, run every file in order (stopping at the first failure), close. Records every failure in
+    ``state``; only cancellation (Ctrl-C) propagates."""
+    languages = ["python", "sql"]
+    if any(run.source.language == "r" for run in state.files):
+        languages.append("r")
+    term.set_label("starting mcp-console")
+    try:
+        console = AsyncConsole(
+            opts.workspace,
+            profile=opts.profile,
+            writable_roots=opts.writable_roots,
+            command=opts.command,
+            python=opts.python,
+            languages=languages,
+            poll_window=opts.poll_window,
+            startup_timeout=opts.startup_timeout,
+            recordings_dir=opts.recordings_dir,
+            project_config=opts.project_config,
+            limits=opts.limits,
+            read_roots=opts.read_roots,
+            env=opts.env,
+        )
+        state.console = console
+        try:
+            await console.start()
+            status = console.status()
+            state.version, state.command = status.version, status.command
+            if status.sandbox is not None:
+                state.sandbox = {**status.sandbox, "description": _describe(status.sandbox)}
+            term.info(
+                f"mcp-console {state.version}, profile {opts.profile}: "
+                f"{state.sandbox['description'] if state.sandbox else 'sandbox unknown'}"
+            )
+            total = len(state.files)
+            for index, run in enumerate(state.files, start=1):
+                label = f"running {run.source.name}" + (f" ({index}/{total})" if total > 1 else "")
+                term.set_label(label)
+                if not await _run_file(console, run, opts, state, term):
+                    break
+            if opts.collect:
+                await _collect(console, opts, state, term)
+        finally:
+            term.set_label("stopping mcp-console")
+            await console.close()
+    except BridgeError as exc:
+        state.fail(exit_code_for(exc), error_text(exc, debug=opts.debug))
+        if opts.debug:
+            state.debug_trace = traceback.format_exc()
+    except Exception as exc:
+        state.fail(
+            ExitCode.CODE_ERROR,
+            f"internal error ({type(exc).__name__}: {exc}); rerun with --debug for the traceback and report it",
+        )
+        state.debug_trace = traceback.format_exc()
+    finally:
+        term.set_label(None)
+        term.clear()
+
+
+async def _collect(console: AsyncConsole, opts: Options, state: RunState, term: Terminal) -> None:
+    """Before close: read the files of the cell's TMPDIR that ``--collect`` names (never through a
+    symlink); they are written into --artifacts/files after the session stopped."""
+    term.set_label("collecting files")
+    try:
+        names = sorted({name for pattern in opts.collect for name in await console.list_files(pattern)})
+    except BridgeError as exc:
+        term.error(f"--collect: {error_text(exc)}")
+        return
+    total = 0
+    for name in names:
+        left = opts.collect_max_bytes - total
+        try:
+            data = await console.get_file(name, max_bytes=max(left, 0))
+        except BridgeError as exc:
+            state.collect_skipped.append(name)
+            term.error(f"--collect: {name} not collected: {error_text(exc)}")
+            continue
+        total += len(data)
+        state.collected.append((name, data))
+    if not names:
+        term.info(f"--collect {' '.join(opts.collect)}: no file in the TMPDIR matched")
+
+
+async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal) -> bool:
+    """Run one source as one cell; True when it succeeded and the next may run."""
+    name, language = run.source.name, run.source.language
+    remaining = _remaining(opts, state)
+    if remaining is not None and remaining <= 0:
+        run.status = "timeout"
+        run.error = f"not started: the run passed --timeout={opts.timeout:g}s"
+        state.fail(ExitCode.TIMEOUT, f"the run passed --timeout={opts.timeout:g}s before {name} started")
+        return False
+    started = time.monotonic()
+
+    def on_output(chunk: CellResult) -> None:
+        text = chunk_output(chunk)
+        run.streamed.append(text)
+        if text:
+            run.chunks.append(text)
+            term.write(text)
+        for image in chunk.images:
+            image_name = state.add_image(image)
+            run.images.append(image_name)
+            marker = f"[image {image_name}: {image.mime_type}, {human_size(len(image.data))}]\n"
+            if run.chunks and not run.chunks[-1].endswith("\n"):
+                marker = "\n" + marker
+            run.chunks.append(marker)
+            term.write(marker)
+
+    if not run.source.code.strip():
+        run.status, run.elapsed = "ok", 0.0
+        return True
+    try:
+        code: dict[str, Any] = {language: run.source.code}
+        result = await console.run(**code, timeout=remaining, on_output=on_output)
+    except CellTimeout as exc:
+        # What the interrupt itself printed (where the code was): not streamed by on_output.
+        partial = exc.result.combined if exc.result is not None else ""
+        streamed = "".join(run.streamed)
+        if partial.startswith(streamed) and partial[len(streamed) :].strip() not in ("", "[done]"):
+            rest = partial[len(streamed) :]
+            run.chunks.append(rest)
+            term.write(rest)
+        run.status = "timeout"
+        if not exc.details.get("cell_started", True):
+            run.error = "never started: the worker did not start it in time"
+            state.fail(
+                ExitCode.TIMEOUT,
+                f"{name} never started: the worker did not start it within --startup-timeout="
+                f"{opts.startup_timeout:g}s (--timeout counts only the code's run time). Raise --startup-timeout "
+                "on a slow machine, or check `console-bridge doctor`.",
+            )
+            return False
+        run.error = f"interrupted after --timeout={opts.timeout:g}s"
+        state.fail(
+            ExitCode.TIMEOUT,
+            f"{name} was still running when its cells reached --timeout={opts.timeout:g}s (startup not counted); "
+            "it was interrupted and the session closed. Raise --timeout or make the code faster.",
+        )
+        return False
+    except BridgeError as exc:
+        run.status = "error"
+        run.error = error_text(exc)
+        state.fail(exit_code_for(exc), f"{name}: {error_text(exc, debug=opts.debug)}")
+        if opts.debug:
+            state.debug_trace = traceback.format_exc()
+        return False
+    finally:
+        run.elapsed = time.monotonic() - started
+        state.cell_time += run.elapsed
+        term.end_file()
+    if result.waiting_for_input:
+        with contextlib.suppress(BridgeError):
+            await console.interrupt()
+        run.status = "error"
+        run.error = f"asked for input ({result.prompt!r})"
+        state.fail(
+            ExitCode.CODE_ERROR,
+            f"{name} asked for input (prompt {result.prompt!r}) but `console-bridge run` gives the code no "
+            "stdin; it was interrupted. Put the value in the code or read it from a file.",
+        )
+        return False
+    why = code_error(result)
+    if why is not None:
+        run.status, run.error = "error", why
+        where = "the output above" if term.stream else "its output"
+        left = sum(1 for other in state.files if other.status == "not run")
+        rest = f"; {left} later file{'s' if left != 1 else ''} not run" if left > 0 else ""
+        state.fail(ExitCode.CODE_ERROR, f"{name}: {why} (see {where}){rest}")
+        return False
+    run.status = "ok"
+    return True

@@ -1,0 +1,81 @@
+"""``console-bridge run``: what to run. Every file is read up front, and what happened to each is kept."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from console_bridge.cli._detect import language_for
+
+__all__ = ["FileRun", "Source", "load_sources"]
+
+
+@dataclass
+class Source:
+    """One file (or stdin) to run as one cell."""
+
+    name: str
+    path: str | None
+    language: str
+    code: str
+
+
+@dataclass
+class FileRun:
+    """What happened to one source."""
+
+    source: Source
+    status: str = "not run"  # ok | error | timeout | interrupted | not run
+    chunks: list[str] = field(default_factory=list)  # what was shown, image markers included
+    streamed: list[str] = field(default_factory=list)  # each chunk's output as the library merges it
+    images: list[str] = field(default_factory=list)
+    elapsed: float | None = None
+    error: str | None = None
+
+    @property
+    def output(self) -> str:
+        return "".join(self.chunks)
+
+    def as_dict(self, *, with_output: bool) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "file": self.source.name,
+            "path": self.source.path,
+            "language": self.source.language,
+            "status": self.status,
+            "elapsed_s": None if self.elapsed is None else round(self.elapsed, 3),
+            "images": list(self.images),
+            "error": self.error,
+        }
+        if with_output:
+            data["output"] = self.output
+        return data
+
+
+def load_sources(files: tuple[str, ...], language: str | None) -> list[Source]:
+    """Read every file up front (a usage error, exit 2, when one cannot be read or has no language)."""
+    sources: list[Source] = []
+    if files.count("-") > 1:
+        raise click.UsageError("'-' (stdin) can be given only once")
+    for name in files:
+        lang = language or ("python" if name == "-" else language_for(name))
+        if lang is None:
+            raise click.UsageError(
+                f"cannot tell the language of {name!r} from its extension (known: .py, .R/.r, .sql); pass --language"
+            )
+        if name == "-":
+            code = sys.stdin.read()
+            sources.append(Source("<stdin>", None, lang, code))
+            continue
+        path = Path(name)
+        try:
+            code = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise click.BadParameter(f"{name!r} is not UTF-8 text", param_hint="FILE") from None
+        except OSError as exc:
+            raise click.BadParameter(f"{name!r} cannot be read ({exc.strerror or exc})", param_hint="FILE") from None
+        sources.append(Source(name, str(path.absolute()), lang, code))
+    return sources
