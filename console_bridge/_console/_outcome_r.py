@@ -1,5 +1,6 @@
 """The R side of cell outcomes: the ``R_PROFILE_USER`` file whose ``options(error=...)`` hook records an
-error nobody handled (and tells an interrupt apart by a sentinel). See ``_outcome``."""
+error nobody handled (and tells an interrupt apart by a sentinel), and which makes R's installers
+fail at once (no network in the sandbox). See ``_outcome``."""
 
 from __future__ import annotations
 
@@ -62,6 +63,24 @@ local({
   }
   reset()
   options(error = as.call(list(hook)))
+  # Cells have no network: an install would spend its time failing to reach a repository. Stop
+  # it at once, by name, in utils as attached and in its namespace (utils is attached after this
+  # profile runs).
+  refuse <- function(what) function(...) stop(paste0(
+    "no network in the sandbox; installs are disabled (console-bridge stopped ", what, "()). Use the ",
+    "packages of R's library, or have the host install what is missing there"), call. = FALSE)
+  stop_installs <- function(...) {
+    for (name in c("install.packages", "update.packages")) try(silent = TRUE, {
+      where <- list(asNamespace("utils"), as.environment("package:utils"))
+      for (env in where) {
+        unlockBinding(name, env)
+        assign(name, refuse(name), envir = env)
+        lockBinding(name, env)
+      }
+    })
+  }
+  setHook(packageEvent("utils", "attach"), stop_installs)
+  if ("package:utils" %%in%% search()) stop_installs()
 })
 """
 

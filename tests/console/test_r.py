@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,6 +78,20 @@ async def test_r_cells_data_frames_errors_and_plots(mcp_console, workspace, reco
         assert gg.images and gg.images[0].mime_type == "image/png"
         sql = await console.run(sql="select 6 * 7 as answer")  # Python owns SQL when R has no duckdb
         assert "42" in sql.text
+
+
+@needs_r
+@pytest.mark.usefixtures("no_leaks")
+async def test_r_installs_fail_at_once_and_the_session_goes_on(mcp_console, workspace, recordings):
+    async with make(mcp_console, workspace, recordings) as console:
+        await console.run(r="kept <- 41", timeout=60)
+        started = time.monotonic()
+        for call in ("install.packages('jsonlite')", "utils::install.packages('jsonlite')", "update.packages()"):
+            result = await console.run(r=call, timeout=60)
+            assert result.error is not None, (call, result)
+            assert "no network in the sandbox; installs are disabled" in result.error.message, (call, result.error)
+        assert time.monotonic() - started < 20  # (a real attempt spends its time failing to reach CRAN)
+        assert (await console.run(r="kept + 1")).text == "[1] 42\n"
 
 
 @needs_r
