@@ -116,7 +116,7 @@ class WriteWatch:
         *,
         shm_limit: int | None,
         worker_pid: Callable[[], int | None],
-        stop_cells: Callable[[], None],
+        stop_cells: Callable[[bool], None],
         interval: float = 0.25,
     ) -> None:
         self.usage, self.limit, self.shm_limit = usage, limit, shm_limit
@@ -129,7 +129,11 @@ class WriteWatch:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._fs: list[tuple[str, int]] = []  # (folder, free bytes at the last look): a cheap "did anything grow"
-        self._shm_before: int | None = None
+        self._shm_before: tuple[int, int] | None = None  # (worker pid, bytes) at the last look
+        #: set by the session while a cell runs: a hit then stops the worker too; between cells only
+        #: the processes the cells left behind (an idle worker writes nothing, and a worker killed
+        #: between cells would swallow the next cell)
+        self.cell_running = False
 
     @property
     def added(self) -> int:
@@ -173,21 +177,25 @@ class WriteWatch:
             pid = self.worker_pid() if self.shm_limit is not None else None
             if pid is not None and self.shm_limit is not None:
                 used = _shm_used(pid)
-                if used is not None and used > self.shm_limit and used > (self._shm_before or 0) + _GROWTH:
+                # a worker's first look is its baseline (a new one may find what the last one left)
+                last = self._shm_before
+                baseline = last[1] if last is not None and last[0] == pid else None
+                if used is not None and baseline is not None and used > self.shm_limit and used > baseline + _GROWTH:
                     hit = hit or "shm"
-                self._shm_before = used
+                self._shm_before = (pid, used) if used is not None else None
             if hit is not None:
                 self.hits[hit] += 1
                 if stop:
                     with contextlib.suppress(Exception):
-                        self.stop_cells()
+                        self.stop_cells(self.cell_running)
                     # what the killed processes had in flight lands now: the next look starts from here
                     time.sleep(0.05)
                     if self.usage is not None and self.limit is not None:
                         self.total = self.usage.measure()
                         self._fs = self._free_space()
                     if pid is not None:
-                        self._shm_before = _shm_used(pid)
+                        after = _shm_used(pid)
+                        self._shm_before = (pid, after) if after is not None else None
             return hit
 
     def _free_space(self) -> list[tuple[str, int]]:
@@ -332,23 +340,25 @@ def _cut(path: str, size: int) -> bool:
         os.close(fd)
 
 
-def kill_cells(worker: psutil.Process) -> None:
-    """Kill what the cells run: the worker and every process of its sandbox's pid namespace but the
-    namespace's first process and mcp-console's relay (the server sees a worker that died, as after
-    a memory kill, and the next cell gets a new one). Orphans of the cells reparent to that first
-    process, so they are among its descendants."""
+def kill_cells(worker: psutil.Process, *, with_worker: bool = True) -> None:
+    """Kill what the cells run: every process of the worker's sandbox (its pid namespace) but the
+    namespace's first process and mcp-console's relay, and the worker itself ``with_worker`` (the
+    server sees a worker that died, as after a memory kill, and the next cell gets a new one).
+    Orphans of the cells reparent to that first process, so they are among its descendants."""
     try:
         namespace = os.readlink(f"/proc/{worker.pid}/ns/pid")
         relay = worker.parent()
         init = relay.parent() if relay is not None else None
     except (OSError, psutil.Error):
         return
-    targets = [worker]
+    targets = [worker] if with_worker else []
     if relay is not None and init is not None:
         with contextlib.suppress(psutil.Error):
             for proc in init.children(recursive=True):
                 with contextlib.suppress(OSError, psutil.Error):
-                    if proc.pid != relay.pid and os.readlink(f"/proc/{proc.pid}/ns/pid") == namespace:
+                    if proc.pid in (relay.pid, worker.pid):
+                        continue
+                    if os.readlink(f"/proc/{proc.pid}/ns/pid") == namespace:
                         targets.append(proc)
     for proc in targets:
         with contextlib.suppress(psutil.Error):

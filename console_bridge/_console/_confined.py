@@ -152,10 +152,10 @@ class SessionConfinement:
         recording = reports["recording"].value
         self.recording_cap = RecordingCap(int(recording)) if recording is not None else None
 
-    def stop_cells(self) -> None:
+    def stop_cells(self, with_worker: bool = True) -> None:
         """Kill what the cells run (see ``kill_cells``); called from the write watcher's thread."""
         if self._worker is not None:
-            kill_cells(self._worker)
+            kill_cells(self._worker, with_worker=with_worker)
 
     def path_env(self) -> dict[str, str]:
         """``{"PATH": ...}`` when the view hides commands from the server's PATH, else nothing."""
@@ -293,6 +293,7 @@ class SessionConfinement:
             self._place_worker()
         if self.watch is not None:
             self._watch_hits = dict(self.watch.hits)
+            self.watch.cell_running = True
         if self.recording_cap is not None and self.entry is not None and self.entry.recording:
             self.recording_cap.before_cell(Path(self.entry.recording), self.entry.server_pid)
 
@@ -398,6 +399,7 @@ class SessionConfinement:
         watch = self.watch
         if watch is None:
             return None
+        watch.cell_running = False
         watch.check(only_if_grown=True)
         before, self._watch_hits = self._watch_hits, dict(watch.hits)
         self._shm_hit = watch.hits["shm"] > before.get("shm", 0)
