@@ -151,30 +151,50 @@ class WriteWatch:
             self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        # A statvfs of each folder's file system every ``tick`` (a microsecond each); a walk when
-        # one lost space since the last walk, or every ``interval`` anyway -- and never more often
+        # Writes: a statvfs of each folder's file system every tick (a microsecond each) and a walk
+        # when one lost space since the last walk, or every ``interval`` anyway -- never more often
         # than ten times what a walk costs (at most about 10% of one CPU, however big the tree).
-        tick, last_walk, spent = 0.02, 0.0, 0.0
+        # /dev/shm: one statvfs every 0.1 s. Between cells (only what a cell left behind can write)
+        # both look five times less often.
+        writes = self.usage is not None and self.limit is not None
+        last_walk = last_shm = spent = 0.0
         while not self._closed:
+            slow = 1 if self.cell_running else 5
             now = time.monotonic()
-            if now - last_walk >= max(10 * spent, tick) and (now - last_walk >= self.interval or self._fs_shrank()):
-                self.check(stop=True)
-                spent, last_walk = time.monotonic() - now, time.monotonic()
-            self._wake.wait(tick)
+            walk = (
+                writes
+                and now - last_walk >= max(10 * spent, 0.02 * slow)
+                and (now - last_walk >= self.interval * slow or self._fs_shrank())
+            )
+            shm = self.shm_limit is not None and now - last_shm >= 0.1 * slow
+            if walk or shm:
+                self.check(stop=True, writes=walk, shm=shm)
+                if walk:
+                    spent, last_walk = time.monotonic() - now, time.monotonic()
+                if shm:
+                    last_shm = now
+            self._wake.wait(0.02 * slow if writes else 0.1 * slow)
 
-    def check(self, *, stop: bool = False, only_if_grown: bool = False) -> str | None:
-        """One look; the limit overdrawn now, else None. ``stop``: kill the cells' processes when
-        so (the watcher, while cells may run; not at the end of a cell, which is only reported).
+    def check(
+        self, *, stop: bool = False, only_if_grown: bool = False, writes: bool = True, shm: bool = True
+    ) -> str | None:
+        """One look (at the writes, at /dev/shm); the limit overdrawn now, else None. ``stop``: kill
+        the cells' processes when so (the watcher; not at the end of a cell, which is only reported).
         ``only_if_grown``: walk the folders only when their file systems lost free space since the
         last look (a ``statvfs`` each), as at the end of every cell."""
         with self._lock:
             hit = None
-            if self.usage is not None and self.limit is not None and (not only_if_grown or self._fs_shrank()):
+            if (
+                writes
+                and self.usage is not None
+                and self.limit is not None
+                and (not only_if_grown or self._fs_shrank())
+            ):
                 before, self.total = self.total, self.usage.measure()
                 self._fs = self._free_space()
                 if self.added > self.limit and self.total > before + _GROWTH:
                     hit = "writes"
-            pid = self.worker_pid() if self.shm_limit is not None else None
+            pid = self.worker_pid() if shm and self.shm_limit is not None else None
             if pid is not None and self.shm_limit is not None:
                 used = _shm_used(pid)
                 # a worker's first look is its baseline (a new one may find what the last one left)
