@@ -33,7 +33,6 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -239,11 +238,71 @@ class WriteWatch:
         return False
 
 
-@dataclass
-class _Seen:
-    sizes: dict[str, int]  # raw output file -> size
-    spanning: int  # bytes in the files that span cells (transcript, events, session notes)
-    largest_spanning: int
+class _Tree:
+    """The sizes of a recording's files, kept up to date cheaply: a folder is listed again only when
+    its mtime changed (a file was added or removed), a raw output file is stat'ed when it is new and
+    once more at the next refresh (the server may finish it late), and the few files that span cells
+    (transcript, events, session notes) at every refresh. About 15 system calls a cell, however many
+    cells the recording holds."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.folders: dict[str, int] = {}  # folder -> mtime_ns when last listed
+        self.children: dict[str, list[str]] = {}  # folder -> its subfolders
+        self.sizes: dict[str, int] = {}  # file -> size
+        self.raw: set[str] = set()  # the files that hold one cell's raw output (cut when over)
+        self.spanning: set[str] = set()  # the files that grow with every cell
+        self.total = 0
+        self._fresh: set[str] = set()  # raw files found at the last refresh: stat'ed once more
+
+    def set_size(self, path: str, size: int) -> None:
+        self.total += size - self.sizes.get(path, 0)
+        self.sizes[path] = size
+
+    def refresh(self) -> dict[str, int]:
+        """Bring the sizes up to date; the raw files that are new or grew since the last refresh,
+        each with its size before."""
+        recheck, self._fresh = self._fresh, set()
+        stack = [self.root]
+        while stack:
+            folder = stack.pop()
+            try:
+                mtime = os.stat(folder, follow_symlinks=False).st_mtime_ns
+            except OSError:
+                continue
+            if self.folders.get(folder) == mtime:
+                stack.extend(self.children.get(folder, ()))
+                continue
+            self.folders[folder] = mtime
+            subfolders = self.children.setdefault(folder, [])
+            with contextlib.suppress(OSError), os.scandir(folder) as listing:
+                for entry in listing:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        if entry.path not in subfolders:
+                            subfolders.append(entry.path)
+                    elif entry.path not in self.sizes:
+                        self.sizes[entry.path] = 0
+                        if entry.path[len(self.root) :].startswith(_RAW):
+                            self.raw.add(entry.path)
+                            self._fresh.add(entry.path)
+                        else:
+                            self.spanning.add(entry.path)
+        changed: dict[str, int] = {}
+        for path in (*self._fresh, *recheck, *self.spanning):
+            try:
+                size = os.stat(path, follow_symlinks=False).st_size
+            except OSError:
+                size = 0
+            before = self.sizes[path]
+            if path in self.raw and size > before:
+                changed[path] = before
+            self.set_size(path, size)
+        return changed
+
+    @property
+    def largest_spanning(self) -> int:
+        return max((self.sizes[path] for path in self.spanning), default=0)
 
 
 class RecordingCap:
@@ -253,79 +312,65 @@ class RecordingCap:
         self.limit = limit
         self.reserve = min(32 << 20, max(256 << 10, limit // 8))
         self.low, self.high = limit - self.reserve, limit - self.reserve // 2
-        self._seen: _Seen | None = None
+        self._tree: _Tree | None = None
+        self._server: tuple[int, psutil.Process] | None = None
         self._soft: int | None = None
         self.cut_bytes = 0
 
-    @staticmethod
-    def _scan(recording: Path) -> _Seen:
-        sizes: dict[str, int] = {}
-        spanning = largest = 0
-        top = str(recording)
-        stack = [top]
-        while stack:
-            folder = stack.pop()
-            with contextlib.suppress(OSError), os.scandir(folder) as listing:
-                for entry in listing:
-                    with contextlib.suppress(OSError):
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                            continue
-                        size = entry.stat(follow_symlinks=False).st_size
-                        if entry.path[len(top) :].startswith(_RAW):
-                            sizes[entry.path] = size
-                        else:
-                            spanning += size
-                            largest = max(largest, size)
-        return _Seen(sizes, spanning, largest)
+    def _tree_of(self, recording: Path) -> _Tree:
+        if self._tree is None or self._tree.root != str(recording):
+            self._tree = _Tree(str(recording))
+            self._tree.refresh()
+        return self._tree
 
     def total(self, recording: Path) -> int:
-        seen = self._scan(recording)
-        return seen.spanning + sum(seen.sizes.values())
+        tree = self._tree_of(recording)
+        tree.refresh()
+        return tree.total
 
     def before_cell(self, recording: Path | None, server_pid: int | None) -> None:
-        """Let the server's raw output files grow only as far as the session's total allows."""
-        if recording is None or server_pid is None:
+        """Let the server's raw output files grow only as far as the session's total allows (from
+        what the last cell's check found: no walk here)."""
+        if recording is None:
             return
-        seen = self._seen = self._scan(recording)
-        used = seen.spanning + sum(seen.sizes.values())
-        soft = max(self.high - used, seen.largest_spanning + (64 << 10))
+        tree = self._tree_of(recording)
+        if server_pid is None:
+            return
+        soft = max(self.high - tree.total, tree.largest_spanning + (64 << 10))
         soft = max(1 << 20, min(self.limit, soft))
-        if soft != self._soft:
-            with contextlib.suppress(psutil.Error, OSError, ValueError):
-                server = psutil.Process(server_pid)
-                _, hard = server.rlimit(psutil.RLIMIT_FSIZE)
-                if hard != psutil.RLIM_INFINITY:
-                    soft = min(soft, hard)
-                server.rlimit(psutil.RLIMIT_FSIZE, (soft, hard))
-                self._soft = soft
+        if self._soft is not None and abs(soft - self._soft) < (256 << 10) and soft >= self._soft:
+            return  # (within a quarter MiB above: not worth a system call)
+        with contextlib.suppress(psutil.Error, OSError, ValueError):
+            if self._server is None or self._server[0] != server_pid:
+                self._server = (server_pid, psutil.Process(server_pid))
+            server = self._server[1]
+            _, hard = server.rlimit(psutil.RLIMIT_FSIZE)
+            if hard != psutil.RLIM_INFINITY:
+                soft = min(soft, hard)
+            server.rlimit(psutil.RLIMIT_FSIZE, (soft, hard))
+            self._soft = soft
 
     def after_cell(self, recording: Path | None) -> bool:
         """Cut what the cell added past the high-water mark (back to the low one); True when cut."""
         if recording is None:
             return False
-        before = self._seen
-        now = self._scan(recording)
-        used = now.spanning + sum(now.sizes.values())
+        tree = self._tree_of(recording)
+        old = tree.refresh()  # what grew since the last cell's check: this cell's raw output
+        used = tree.total
         if used <= self.high:
             return False
         over = used - self.low
-        old = before.sizes if before is not None else {}
-        added = sorted(
-            (path for path, size in now.sizes.items() if size > old.get(path, 0)),
-            key=lambda path: (os.path.dirname(path), path),
-            reverse=True,
-        )
-        for path in added:
+        for path in sorted(old, key=lambda path: (os.path.dirname(path), path), reverse=True):
             if over <= 0:
                 break
-            size, keep = now.sizes[path], old.get(path, 0)
+            size, keep = tree.sizes[path], old[path]
             cut = min(over, size - keep)
             # text is cut to fit; anything else (an image) would be broken by a cut, so it goes whole
             target = size - cut if path.endswith(".txt") else keep
             if _cut(path, target):
                 over -= size - target
                 self.cut_bytes += size - target
+                tree.set_size(path, target)
         return True
 
 

@@ -830,9 +830,11 @@ class AsyncConsole(NotCopyable):
         return None if hit is None else (hit, self._confined.limit_message(hit))
 
     async def _restart_worker(self) -> None:
+        """Start a fresh worker and wait (bounded) until it is up: a cell sent while the restart
+        is still under way would be refused as Busy."""
         conn = self._require("restart")
         with contextlib.suppress(ServerError):
-            await conn.call_tool("send", {"control": "restart", "timeout_ms": 0})
+            await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})
 
     async def send(
         self,
