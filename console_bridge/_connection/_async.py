@@ -10,12 +10,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
+import httpx2
 import mcp_types
 import pydantic
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from console_bridge._config import ServerSpec, StdioSpec, load_server_spec
+from console_bridge._config import HttpSpec, ServerSpec, StdioSpec, load_server_spec
 from console_bridge._confinement._plan import Supervision
 from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
 from console_bridge._connection._session_host import SessionHost, startup_error
@@ -85,6 +86,7 @@ class AsyncMcpConnection(NotCopyable):
         shutdown_grace: float = 2.0,
         stderr_limit: int = 64 * 1024,
         supervision: Supervision | None = None,
+        auth: httpx2.Auth | None = None,
     ) -> None:
         if not isinstance(owner, Owner):
             raise LaunchRefused("owner must be an Owner(agent_id, session_id=None) assigned by the host")
@@ -94,6 +96,7 @@ class AsyncMcpConnection(NotCopyable):
             if not isinstance(value, int | float) or value <= 0:
                 raise LaunchRefused(f"{label} must be a positive number of seconds, not {value!r}")
         self._spec: ServerSpec = load_server_spec(config, server)
+        _check_auth(auth, self._spec)
         self.server = server
         self.owner = owner
         self.timeout = float(timeout)
@@ -116,6 +119,7 @@ class AsyncMcpConnection(NotCopyable):
         self._close_error: ConnectionClosed | None = None
         self._host = SessionHost(
             self._spec,
+            auth=auth,
             stderr_limit=stderr_limit,
             shutdown_grace=self.shutdown_grace,
             supervision=supervision,
@@ -610,3 +614,21 @@ class AsyncMcpConnection(NotCopyable):
 
     def _note_error(self, text: str) -> None:
         self._last_error = text
+
+
+def _check_auth(auth: object, spec: ServerSpec) -> None:
+    """``auth`` is an ``httpx2.Auth`` (e.g. the MCP SDK's ``OAuthClientProvider``), for an HTTP server only."""
+    if auth is None:
+        return
+    if not isinstance(auth, httpx2.Auth):
+        raise LaunchRefused(
+            f"auth must be an httpx2.Auth (e.g. mcp.client.auth.OAuthClientProvider) or None, not "
+            f"{type(auth).__name__}",
+            server=spec.name,
+        )
+    if not isinstance(spec, HttpSpec):
+        raise LaunchRefused(
+            f"server {spec.name!r} is a stdio server: auth applies to HTTP servers (a `url` entry) only; "
+            "drop auth=, or pass credentials to a stdio server through its `env` entry",
+            server=spec.name,
+        )

@@ -1,11 +1,11 @@
 """The session host: one task that owns a connection's transport and MCP session from start to stop.
 
 The transport is a stdio child (a supervised process tree, see ``_transport._stdio``)
-or a Streamable HTTP client; between it and the MCP ``ClientSession`` sits the
-JSON-RPC :class:`Guard`. Everything is entered and left in the one host task, so a
-stop always unwinds in the order it was built. The host knows nothing of policy
-or of requests: it reports a crash, a desync and ``tools/list_changed`` through
-the callbacks it was given, and the connection decides what they mean.
+or a Streamable HTTP client (with the caller's ``httpx2.Auth``, e.g. OAuth, if given);
+between it and the MCP ``ClientSession`` sits the JSON-RPC :class:`Guard`. Everything
+is entered and left in the one host task, so a stop always unwinds in the order it was
+built. The host knows nothing of policy or of requests: it reports a crash, a desync
+and ``tools/list_changed`` through the callbacks it was given, and the connection decides what they mean.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class SessionHost:
         self,
         spec: ServerSpec,
         *,
+        auth: httpx2.Auth | None = None,
         stderr_limit: int,
         shutdown_grace: float,
         supervision: Supervision | None,
@@ -52,6 +53,7 @@ class SessionHost:
         on_tools_changed: Callable[[], None],
     ) -> None:
         self._spec = spec
+        self._auth = auth
         self._stderr_limit = stderr_limit
         self._shutdown_grace = shutdown_grace
         self._supervision = supervision
@@ -109,7 +111,9 @@ class SessionHost:
         spec = self._spec
         if isinstance(spec, HttpSpec):
             client = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+                httpx2.AsyncClient(
+                    headers=dict(spec.headers), auth=self._auth, timeout=httpx2.Timeout(30.0, read=300.0)
+                )
             )
             read, write = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
             return read, write
