@@ -371,6 +371,9 @@ class AsyncMcpConnection(NotCopyable):
                         if exc.code == mcp_types.CONNECTION_CLOSED:
                             await self._settle_crash(what)
                             raise self._closed_error(what) from None
+                        refusal = self._host.take_auth_refusal()
+                        if refusal is not None:
+                            raise ServerError(f"{what}: {refusal}", code=exc.code, server=self.server) from None
                         raise ServerError(
                             f"{what}: server {self.server!r} answered with an error: {exc.message}",
                             code=exc.code,

@@ -54,6 +54,7 @@ class SessionHost:
     ) -> None:
         self._spec = spec
         self._auth = auth
+        self._refusal: tuple[int, str] | None = None
         self._stderr_limit = stderr_limit
         self._shutdown_grace = shutdown_grace
         self._supervision = supervision
@@ -112,7 +113,10 @@ class SessionHost:
         if isinstance(spec, HttpSpec):
             client = await stack.enter_async_context(
                 httpx2.AsyncClient(
-                    headers=dict(spec.headers), auth=self._auth, timeout=httpx2.Timeout(30.0, read=300.0)
+                    headers=dict(spec.headers),
+                    auth=self._auth,
+                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    event_hooks={"response": [self._note_response]},
                 )
             )
             read, write = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
@@ -130,6 +134,31 @@ class SessionHost:
             )
         )
         return self.child.read_stream, self.child.write_stream
+
+    async def _note_response(self, response: httpx2.Response) -> None:
+        """Remember an HTTP 401/403 from the MCP endpoint (the SDK reports it as a bare error); any
+        later success forgets it (an ``auth`` flow's first 401 is followed by the authorized retry)."""
+        if response.status_code in (401, 403) and isinstance(self._spec, HttpSpec):
+            self._refusal = (response.status_code, response.headers.get("www-authenticate", ""))
+        elif response.status_code < 400:
+            self._refusal = None
+
+    def take_auth_refusal(self) -> str | None:
+        """What the last 401/403 of the server means to the caller (once), or None."""
+        refusal, self._refusal = self._refusal, None
+        if refusal is None:
+            return None
+        status, challenge = refusal
+        said = f" (WWW-Authenticate: {challenge[:300]})" if challenge else ""
+        if self._auth is None:
+            fix = (
+                "pass auth= (an httpx2.Auth, e.g. mcp.client.auth.OAuthClientProvider for an OAuth server) or "
+                "an Authorization header in the entry's headers"
+            )
+        else:
+            fix = "the auth= given did not obtain access: check its client registration, scopes and token storage"
+        what = "requires authorization" if status == 401 else "refused access"
+        return f"server {self._spec.name!r} {what} (HTTP {status}){said}; {fix}"
 
     async def _watch(self, stop: anyio.Event) -> None:
         """Wait for a stop request or, for a stdio child, its exit (a crash); nothing is polled."""
