@@ -11,8 +11,9 @@ as a client. CI runs it as its own stage (``.ci/run``); a developer runs it alon
   pending scenarios). The suite
   has no option for an Authorization header: ``conformance/bearer-preload.cjs`` (``node --require``)
   adds the bearer token to every request it sends to our origin.
-- Client: the scenarios ``initialize``, ``tools_call``, ``sse-retry`` and the core ``auth/*`` ones
-  against ``scripts/conformance_client.py`` (``McpConnection``; OAuth through ``auth=``).
+- Client: the scenarios ``initialize``, ``tools_call``, ``sse-retry``, the core ``auth/*`` ones and
+  the 2025-03-26 authorization back-compat ones against ``scripts/conformance_client.py``
+  (``McpConnection``, which speaks the 2025 handshake; OAuth through ``auth=``).
 - ``conformance/expected-failures.yaml`` is the baseline: only scenarios (or checks) that need
   fixture tools, prompts, resources or capabilities this server does not offer, each with its reason.
   Any other failure, and any listed entry that now passes, fails the run (exit 1).
@@ -55,6 +56,7 @@ CLIENT_RUNS = [
     ("tools_call", ["--scenario", "tools_call", "--spec-version", "2025-11-25"]),
     ("sse-retry", ["--scenario", "sse-retry", "--spec-version", "2025-11-25"]),
     ("auth", ["--suite", "auth", "--spec-version", "2025-11-25"]),
+    ("auth backcompat", ["--suite", "backcompat"]),  # 2025-03-26 authorization servers
 ]
 
 _URL_LINE = re.compile(r"serving MCP \(Streamable HTTP\) at (http://\S+)")
@@ -200,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
             driver = f"{sys.executable} {HERE / 'conformance_client.py'}"
             for label, args in CLIENT_RUNS:
                 print(f"\n== client scenarios, {label}, against McpConnection")
-                if suite(["client", "--command", driver, *args], env, folder / f"client-{label}") != 0:
+                if (
+                    suite(["client", "--command", driver, *args], env, folder / f"client-{label.replace(' ', '-')}")
+                    != 0
+                ):
                     failed.append(f"client {label}")
     finally:
         if options.keep:
