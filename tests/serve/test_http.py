@@ -236,6 +236,8 @@ async def test_console_id_rides_in_a_header_for_routing(http_server: Any, tmp_pa
     )
     async with http, Client(streamable_http_client(server.url, http_client=http), mode="2026-07-28") as sdk:
         assert {t.name for t in (await sdk.list_tools()).tools} >= {"send", "console_close"}  # not dropped
+        none = await sdk.call_tool("send", {"python": "1", "console_id": ""})  # a strict client's "none"
+        assert none.is_error and "console_open" in text(none), text(none)  # mirrored as an empty header, agreed
         opened = await sdk.call_tool("console_open", {})
         console_id = opened.structured_content["console_id"]  # type: ignore[index]
         ran = await sdk.call_tool("send", {"python": "21 * 2", "console_id": console_id})
