@@ -385,7 +385,10 @@ session's own console.
 in the audit log, the unit of --max-per-client; its consoles and MCP sessions
 are refused to others); else one token (--token-file, or a fresh one written to
 a 0600 file whose path is printed). Browser origins other than localhost are
-refused unless --allow-origin.
+refused unless --allow-origin. `console_id` is also sent as the header
+Mcp-Param-Console-Id by 2026-07-28 clients (x-mcp-header), so a load balancer
+can pin a console to its replica; a header that disagrees with the argument is
+refused. Event streams are resumable (Last-Event-ID).
 SIGTERM or SIGINT (either transport, at any moment): running cells are
 interrupted, every console is closed (recordings finalized), a call in flight
 gets a tool error or the end of its stream, and serve exits 0 (the generated
