@@ -223,7 +223,7 @@ async def test_console_id_rides_in_a_header_for_routing(http_server: Any, tmp_pa
     before dispatch; the 2025 handshake: a tool error), so a router and the server never disagree."""
     from mcp import Client
 
-    server: HttpServer = http_server("--warm", "0")
+    server: HttpServer = http_server("--warm", "0", "--replica", "replica-1")
     sent: list[httpx2.Headers] = []
 
     async def record(request: httpx2.Request) -> None:
@@ -240,6 +240,8 @@ async def test_console_id_rides_in_a_header_for_routing(http_server: Any, tmp_pa
         assert none.is_error and "console_open" in text(none), text(none)  # mirrored as an empty header, agreed
         opened = await sdk.call_tool("console_open", {})
         console_id = opened.structured_content["console_id"]  # type: ignore[index]
+        replica, _, secret = console_id.partition(".")  # --replica: a proxy routes on the prefix
+        assert replica == "replica-1" and len(secret) >= 32
         ran = await sdk.call_tool("send", {"python": "21 * 2", "console_id": console_id})
         assert text(ran).strip() == "42"
     calls = [h for h in sent if h.get("mcp-method") == "tools/call" and h.get("mcp-name") == "send"]
