@@ -16,7 +16,7 @@ import pydantic
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from console_bridge._config import HttpSpec, ServerSpec, StdioSpec, load_server_spec
+from console_bridge._config import ServerSpec, StdioSpec, check_auth, load_server_spec
 from console_bridge._confinement._plan import Supervision
 from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
 from console_bridge._connection._session_host import SessionHost, startup_error
@@ -96,7 +96,7 @@ class AsyncMcpConnection(NotCopyable):
             if not isinstance(value, int | float) or value <= 0:
                 raise LaunchRefused(f"{label} must be a positive number of seconds, not {value!r}")
         self._spec: ServerSpec = load_server_spec(config, server)
-        _check_auth(auth, self._spec)
+        check_auth(auth, self._spec)
         self.server = server
         self.owner = owner
         self.timeout = float(timeout)
@@ -617,21 +617,3 @@ class AsyncMcpConnection(NotCopyable):
 
     def _note_error(self, text: str) -> None:
         self._last_error = text
-
-
-def _check_auth(auth: object, spec: ServerSpec) -> None:
-    """``auth`` is an ``httpx2.Auth`` (e.g. the MCP SDK's ``OAuthClientProvider``), for an HTTP server only."""
-    if auth is None:
-        return
-    if not isinstance(auth, httpx2.Auth):
-        raise LaunchRefused(
-            f"auth must be an httpx2.Auth (e.g. mcp.client.auth.OAuthClientProvider) or None, not "
-            f"{type(auth).__name__}",
-            server=spec.name,
-        )
-    if not isinstance(spec, HttpSpec):
-        raise LaunchRefused(
-            f"server {spec.name!r} is a stdio server: auth applies to HTTP servers (a `url` entry) only; "
-            "drop auth=, or pass credentials to a stdio server through its `env` entry",
-            server=spec.name,
-        )
