@@ -1,4 +1,5 @@
-"""Parsing of the common ``mcpServers`` configuration into launch specs (no I/O but reading the file)."""
+"""Parsing of the common ``mcpServers`` configuration into launch specs (no I/O but reading the file),
+and the check of the ``auth`` a connection is given for its entry."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx2
+
 from console_bridge._errors import LaunchRefused
 
-__all__ = ["HttpSpec", "ServerSpec", "StdioSpec", "load_server_spec"]
+__all__ = ["HttpSpec", "ServerSpec", "StdioSpec", "check_auth", "load_server_spec"]
 
 _STDIO_KEYS = {"command", "args", "env", "cwd", "type"}
 _HTTP_KEYS = {"url", "headers", "type"}
@@ -169,3 +172,21 @@ def _http_spec(entry: Mapping[str, Any], origin: str, server: str) -> HttpSpec:
         if any(ch in key + value for ch in "\r\n\x00"):
             raise _refuse(origin, server, f"header {key!r} contains a line break or NUL", "remove it")
     return HttpSpec(name=server, url=url, headers=dict(headers))
+
+
+def check_auth(auth: object, spec: ServerSpec) -> None:
+    """``auth`` is an ``httpx2.Auth`` (e.g. the MCP SDK's ``OAuthClientProvider``), for an HTTP server only."""
+    if auth is None:
+        return
+    if not isinstance(auth, httpx2.Auth):
+        raise LaunchRefused(
+            f"auth must be an httpx2.Auth (e.g. mcp.client.auth.OAuthClientProvider) or None, not "
+            f"{type(auth).__name__}",
+            server=spec.name,
+        )
+    if not isinstance(spec, HttpSpec):
+        raise LaunchRefused(
+            f"server {spec.name!r} is a stdio server: auth applies to HTTP servers (a `url` entry) only; "
+            "drop auth=, or pass credentials to a stdio server through its `env` entry",
+            server=spec.name,
+        )

@@ -7,9 +7,11 @@ own session of the same binary:
 - raw: ``AsyncMCPConsole`` launched with exactly the serve arguments the bridge used;
 - library: ``AsyncConsole.send(python="1")`` in this process;
 - serve: the official MCP SDK client (``ClientSession`` over ``stdio_client``) calling ``send``
-  on a ``console-bridge serve`` process (two MCP hops: client -> serve -> mcp-console).
+  on a ``console-bridge serve`` process (two MCP hops: client -> serve -> mcp-console);
+- serve-http: the same client over Streamable HTTP (``streamable_http_client``, the 2025 handshake,
+  a bearer token) against ``console-bridge serve --transport http`` on 127.0.0.1.
 
-Target: serve median <= 1.15 x raw median.
+Target: serve median <= 1.15 x raw median (stdio; serve-http is reported beside it).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +62,60 @@ def _leftover_children() -> list[psutil.Process]:
     return out
 
 
+def _start_http(command: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    """``console-bridge serve --transport http`` and its URL (the first line it prints); its stderr is
+    drained by a thread from then on."""
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        found = re.search(r"at (http://\S+/mcp)", line)
+        if found:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            return proc, found.group(1)
+    raise RuntimeError(f"serve --transport http did not start (exit {proc.wait()})")
+
+
+@contextlib.asynccontextmanager
+async def _http_serve(command: list[str], env: dict[str, str], cwd: Path) -> AsyncIterator[str]:
+    """Yields the URL of a started ``serve --transport http``; SIGTERM (a clean stop) at the end."""
+    proc, url = await anyio.to_thread.run_sync(_start_http, command, env, cwd)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        await anyio.to_thread.run_sync(proc.wait, STEP_BOUND)
+
+
 async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    import httpx2
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
     from mcp_console import AsyncMCPConsole
 
     from console_bridge import AsyncConsole
 
     plan = PLANS["quick" if quick else "full"]
     root = Path(tempfile.mkdtemp(prefix="cb-bench-serve-"))
-    folders = {name: root / name for name in ("ws-lib", "ws-raw", "ws-serve", "rec", "home", "tmp", "state", "xdg")}
+    folders = {
+        name: root / name
+        for name in ("ws-lib", "ws-raw", "ws-serve", "ws-http", "rec", "home", "tmp", "state", "xdg", "secret")
+    }
     for folder in folders.values():
         folder.mkdir()
     saved_tmp, saved_state = tempfile.tempdir, os.environ.get("CONSOLE_BRIDGE_STATE_DIR")
     tempfile.tempdir = str(folders["tmp"])
     os.environ["CONSOLE_BRIDGE_STATE_DIR"] = str(folders["state"])
     report: dict[str, Any] = {"plan": plan, "errors": []}
-    times: dict[str, list[float]] = {"raw": [], "library": [], "serve": []}
+    times: dict[str, list[float]] = {"raw": [], "library": [], "serve": [], "serve-http": []}
     cli = Path(sys.executable).parent / "console-bridge"
     serve_env = dict(os.environ) | {
         "TMPDIR": str(folders["tmp"]),
@@ -94,14 +136,27 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
         env=serve_env,
         cwd=str(folders["ws-serve"]),
     )
+    token = folders["secret"] / "token"
+    token.write_text(secrets.token_urlsafe(32) + "\n", encoding="utf-8")
+    token.chmod(0o600)
+    http_args = ["serve", "--transport", "http", "--port", "0", "--token-file", str(token), "--warm", "1"]
+    http_args += ["--workspace", str(folders["ws-http"]), "--recordings-dir", str(folders["rec"])]
+    http_args += ["--command", str(binary)]
     try:
         with anyio.fail_after(STEP_BOUND * 5):
             async with (
                 AsyncConsole(folders["ws-lib"], command=binary, recordings_dir=folders["rec"]) as library,
                 stdio_client(serve) as (read, write),
                 ClientSession(read, write) as session,
+                _http_serve([str(cli), *http_args], serve_env, folders["ws-http"]) as url,
+                httpx2.AsyncClient(
+                    headers={"Authorization": f"Bearer {token.read_text().strip()}"}, timeout=STEP_BOUND
+                ) as http,
+                streamable_http_client(url, http_client=http) as (http_read, http_write),
+                ClientSession(http_read, http_write) as http_session,
             ):
                 await session.initialize()
+                await http_session.initialize()
                 cmdline = psutil.Process(library.pid or -1).cmdline()
                 env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG") or k.startswith("LC_")}
                 env |= {"TMPDIR": str(folders["tmp"]), "MCP_CONSOLE_HOME": str(folders["home"])}
@@ -121,10 +176,15 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
                         result = await session.call_tool("send", {"python": "1"})
                         return "".join(getattr(block, "text", "") for block in result.content)
 
+                    async def call_serve_http() -> str:
+                        result = await http_session.call_tool("send", {"python": "1"})
+                        return "".join(getattr(block, "text", "") for block in result.content)
+
                     series: list[tuple[str, Callable[[], Awaitable[str]]]] = [
                         ("raw", call_raw),
                         ("library", call_library),
                         ("serve", call_serve),
+                        ("serve-http", call_serve_http),
                     ]
                     for _ in range(plan["warmup"]):
                         for _name, call in series:
@@ -174,6 +234,8 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
     if "raw" in figures and "serve" in figures:
         ratio = figures["serve"]["median_ms"] / figures["raw"]["median_ms"]
         report["target"] = {"threshold": TARGET, "value": round(ratio, 3), "met": ratio <= TARGET}
+    if "raw" in figures and "serve-http" in figures:
+        report["serve_http_ratio"] = round(figures["serve-http"]["median_ms"] / figures["raw"]["median_ms"], 3)
     report["cleanup"] = {
         "survivors": [p.pid for p in survivors],
         "sessions_left": state_left,
@@ -186,12 +248,12 @@ def table(report: dict[str, Any]) -> str:
     rows = []
     figures = report.get("warm_rtt", {})
     raw = figures.get("raw", {}).get("median_ms")
-    for name in ("raw", "library", "serve"):
+    for name in ("raw", "library", "serve", "serve-http"):
         fig = figures.get(name)
         if fig is None:
             continue
         ratio = f"{fig['median_ms'] / raw:.3f}" if raw else "n/a"
         rows.append(
-            f"| warm round trip of `1`, {name:<7} | {fig['median_ms']:.2f} ms (p95 {fig['p95_ms']:.2f}) | x{ratio} |"
+            f"| warm round trip of `1`, {name:<10} | {fig['median_ms']:.2f} ms (p95 {fig['p95_ms']:.2f}) | x{ratio} |"
         )
     return "\n".join(rows)

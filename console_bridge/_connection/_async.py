@@ -10,12 +10,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
+import httpx2
 import mcp_types
 import pydantic
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from console_bridge._config import ServerSpec, StdioSpec, load_server_spec
+from console_bridge._config import ServerSpec, StdioSpec, check_auth, load_server_spec
 from console_bridge._confinement._plan import Supervision
 from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
 from console_bridge._connection._session_host import SessionHost, startup_error
@@ -86,6 +87,7 @@ class AsyncMcpConnection(NotCopyable):
         shutdown_grace: float = 2.0,
         stderr_limit: int = 64 * 1024,
         supervision: Supervision | None = None,
+        auth: httpx2.Auth | None = None,
     ) -> None:
         if not isinstance(owner, Owner):
             raise LaunchRefused("owner must be an Owner(agent_id, session_id=None) assigned by the host")
@@ -95,6 +97,7 @@ class AsyncMcpConnection(NotCopyable):
             if not isinstance(value, int | float) or value <= 0:
                 raise LaunchRefused(f"{label} must be a positive number of seconds, not {value!r}")
         self._spec: ServerSpec = load_server_spec(config, server)
+        check_auth(auth, self._spec)
         self.server = server
         self.owner = owner
         self.timeout = float(timeout)
@@ -117,6 +120,7 @@ class AsyncMcpConnection(NotCopyable):
         self._close_error: ConnectionClosed | None = None
         self._host = SessionHost(
             self._spec,
+            auth=auth,
             stderr_limit=stderr_limit,
             shutdown_grace=self.shutdown_grace,
             supervision=supervision,
@@ -345,6 +349,9 @@ class AsyncMcpConnection(NotCopyable):
                         if exc.code == mcp_types.CONNECTION_CLOSED:
                             await self._settle_crash(what)
                             raise self._closed_error(what) from None
+                        refusal = self._host.take_auth_refusal()
+                        if refusal is not None:
+                            raise ServerError(f"{what}: {refusal}", code=exc.code, server=self.server) from None
                         raise ServerError(
                             f"{what}: server {self.server!r} answered with an error: {exc.message}",
                             code=exc.code,

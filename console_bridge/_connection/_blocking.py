@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import httpx2
+
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Kind, Page
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._governance._policy import Policy
@@ -40,6 +42,7 @@ class McpConnection(NotCopyable):
         startup_timeout: float = 60.0,
         shutdown_grace: float = 2.0,
         stderr_limit: int = 64 * 1024,
+        auth: httpx2.Auth | None = None,
     ) -> None:
         self._portal = Portal(self, f"McpConnection to {server!r}")
         try:
@@ -56,6 +59,7 @@ class McpConnection(NotCopyable):
                     startup_timeout=startup_timeout,
                     shutdown_grace=shutdown_grace,
                     stderr_limit=stderr_limit,
+                    auth=auth,
                 )
             )
         except BaseException:

@@ -1,11 +1,11 @@
 """The session host: one task that owns a connection's transport and MCP session from start to stop.
 
 The transport is a stdio child (a supervised process tree, see ``_transport._stdio``)
-or a Streamable HTTP client; between it and the MCP ``ClientSession`` sits the
-JSON-RPC :class:`Guard`. Everything is entered and left in the one host task, so a
-stop always unwinds in the order it was built. The host knows nothing of policy
-or of requests: it reports a crash, a desync and ``tools/list_changed`` through
-the callbacks it was given, and the connection decides what they mean.
+or a Streamable HTTP client (with the caller's ``httpx2.Auth``, e.g. OAuth, if given);
+between it and the MCP ``ClientSession`` sits the JSON-RPC :class:`Guard`. Everything
+is entered and left in the one host task, so a stop always unwinds in the order it was
+built. The host knows nothing of policy or of requests: it reports a crash, a desync
+and ``tools/list_changed`` through the callbacks it was given, and the connection decides what they mean.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class SessionHost:
         self,
         spec: ServerSpec,
         *,
+        auth: httpx2.Auth | None = None,
         stderr_limit: int,
         shutdown_grace: float,
         supervision: Supervision | None,
@@ -52,6 +53,8 @@ class SessionHost:
         on_tools_changed: Callable[[], None],
     ) -> None:
         self._spec = spec
+        self._auth = auth
+        self._refusal: tuple[int, str] | None = None
         self._stderr_limit = stderr_limit
         self._shutdown_grace = shutdown_grace
         self._supervision = supervision
@@ -109,7 +112,12 @@ class SessionHost:
         spec = self._spec
         if isinstance(spec, HttpSpec):
             client = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+                httpx2.AsyncClient(
+                    headers=dict(spec.headers),
+                    auth=self._auth,
+                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    event_hooks={"response": [self._note_response]},
+                )
             )
             read, write = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
             return read, write
@@ -126,6 +134,31 @@ class SessionHost:
             )
         )
         return self.child.read_stream, self.child.write_stream
+
+    async def _note_response(self, response: httpx2.Response) -> None:
+        """Remember an HTTP 401/403 from the MCP endpoint (the SDK reports it as a bare error); any
+        later success forgets it (an ``auth`` flow's first 401 is followed by the authorized retry)."""
+        if response.status_code in (401, 403) and isinstance(self._spec, HttpSpec):
+            self._refusal = (response.status_code, response.headers.get("www-authenticate", ""))
+        elif response.status_code < 400:
+            self._refusal = None
+
+    def take_auth_refusal(self) -> str | None:
+        """What the last 401/403 of the server means to the caller (once), or None."""
+        refusal, self._refusal = self._refusal, None
+        if refusal is None:
+            return None
+        status, challenge = refusal
+        said = f" (WWW-Authenticate: {challenge[:300]})" if challenge else ""
+        if self._auth is None:
+            fix = (
+                "pass auth= (an httpx2.Auth, e.g. mcp.client.auth.OAuthClientProvider for an OAuth server) or "
+                "an Authorization header in the entry's headers"
+            )
+        else:
+            fix = "the auth= given did not obtain access: check its client registration, scopes and token storage"
+        what = "requires authorization" if status == 401 else "refused access"
+        return f"server {self._spec.name!r} {what} (HTTP {status}){said}; {fix}"
 
     async def _watch(self, stop: anyio.Event) -> None:
         """Wait for a stop request or, for a stdio child, its exit (a crash); nothing is polled."""

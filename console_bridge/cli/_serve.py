@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -60,6 +61,7 @@ class ServeConfig:
     acquire_timeout: float = 1.0
     token_file: Path | None = None
     tokens: Path | None = None
+    replica: str | None = None
     allowed_origins: tuple[str, ...] = ()
     console_options: dict[str, Any] = field(default_factory=dict)
     workspace: Path = Path(".")
@@ -70,6 +72,9 @@ class ServeConfig:
         lifetime = self.max_lifetime if self.max_lifetime is not None else DEFAULT_MAX_LIFETIME[self.transport]
         return Lifetimes(idle_timeout=self.idle_timeout, max_lifetime=lifetime, max_cell_time=self.max_cell_time)
 
+
+#: A --replica name: it prefixes console ids (a token_urlsafe never contains the "." that ends it).
+_REPLICA = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,31}")
 
 #: A console's lifetime when --max-lifetime is not given: protective for an unattended stdio host too.
 DEFAULT_MAX_LIFETIME = {"stdio": 8 * 3600.0, "http": 3600.0}
@@ -272,7 +277,12 @@ async def _serve_http(
 ) -> None:
     import uvicorn
 
-    consoles = Consoles(manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout)
+    consoles = Consoles(
+        manager,
+        config.lifetimes,
+        settle_timeout=config.serve_options.settle_timeout,
+        id_prefix=f"{config.replica}." if config.replica else "",
+    )
     gate = Gate(consoles=consoles, identities=identities, options=GateOptions(allowed_origins=config.allowed_origins))
     server = build_server(consoles, template, gate.caller, config.serve_options)
     gate.server = server
@@ -385,7 +395,11 @@ session's own console.
 in the audit log, the unit of --max-per-client; its consoles and MCP sessions
 are refused to others); else one token (--token-file, or a fresh one written to
 a 0600 file whose path is printed). Browser origins other than localhost are
-refused unless --allow-origin.
+refused unless --allow-origin. `console_id` is also sent as the header
+Mcp-Param-Console-Id by 2026-07-28 clients (x-mcp-header), so a load balancer
+can pin a console to its replica (--replica NAME prefixes every console_id with
+NAME. to route on); a header that disagrees with the argument is refused. Event
+streams are resumable (Last-Event-ID).
 SIGTERM or SIGINT (either transport, at any moment): running cells are
 interrupted, every console is closed (recordings finalized), a call in flight
 gets a tool error or the end of its stream, and serve exits 0 (the generated
@@ -451,6 +465,11 @@ Examples:
     metavar="FILE",
     help="HTTP: one `TOKEN OWNER` per line (mode 0600): per-client identities; re-read on SIGHUP.",
 )
+@click.option(
+    "--replica",
+    metavar="NAME",
+    help="HTTP: this server's name behind a load balancer; every console_id starts with NAME. (route on it).",
+)
 @click.option("--allow-origin", "allowed_origins", multiple=True, metavar="ORIGIN", help="HTTP: an allowed Origin.")
 @click.option("--profile", default="read-only", show_default=True, metavar="NAME|FILE", help="Sandbox profile.")
 @click.option(
@@ -496,8 +515,13 @@ def serve_command(ctx: click.Context, /, **options: Any) -> None:
         ctx.exit(int(exit_code_for(exc)))
     if limits is not None:
         console_options["limits"] = limits
+    if options["replica"] is not None and not _REPLICA.fullmatch(options["replica"]):
+        fail(
+            f"--replica {options['replica']!r}: use 1-32 letters, digits or '-', starting with a letter or digit",
+            ExitCode.USAGE,
+        )
     if options["transport"] == "stdio":
-        for name in ("max_per_client", "token_file", "tokens"):
+        for name in ("max_per_client", "token_file", "tokens", "replica"):
             if options[name] is not None:
                 fail(f"--{name.replace('_', '-')} applies to --transport http only", ExitCode.USAGE)
     if options["tokens"] is not None and options["token_file"] is not None:
@@ -515,6 +539,7 @@ def serve_command(ctx: click.Context, /, **options: Any) -> None:
         acquire_timeout=options["acquire_timeout"],
         token_file=options["token_file"],
         tokens=options["tokens"],
+        replica=options["replica"],
         allowed_origins=tuple(options["allowed_origins"]),
         console_options=console_options,
         workspace=options["workspace"],

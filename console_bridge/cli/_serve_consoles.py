@@ -66,6 +66,7 @@ class Consoles:
     settle_timeout: float = 10.0  # a cell past max_cell_time: interrupt it and wait this long for it to stop
     check_interval: float = 1.0  # how often limits are checked
     spare: AsyncConsole | None = None  # claimed at launch (stdio): serves its owner's first claim
+    id_prefix: str = ""  # "NAME." with --replica NAME: a proxy routes a console_id by its prefix
     held: dict[str, Held] = field(default_factory=dict)
     _sessions: dict[str, str] = field(default_factory=dict)  # MCP session key -> console_id of its own console
     _claiming: dict[str, anyio.Lock] = field(default_factory=dict)
@@ -83,7 +84,8 @@ class Consoles:
             if spare is not None:
                 self.spare = spare
             console = await self._claim(identity)
-        held = Held(console_id=secrets.token_urlsafe(24), console=console, identity=identity, session=session)
+        console_id = self.id_prefix + secrets.token_urlsafe(24)
+        held = Held(console_id=console_id, console=console, identity=identity, session=session)
         self.held[held.console_id] = held
         return held
 

@@ -9,7 +9,11 @@ stays as it is for the library) and serve's settings. The rules it keeps:
 - the schema survives strict conversions (OpenAI strict mode makes every field required):
   every optional field is nullable, ``null`` means "not given", so a strict client never has
   to send an interrupt or a code cell it did not mean;
-- a console is an explicit handle (``console_open`` -> ``console_id``); ``send`` takes it.
+- a console is an explicit handle (``console_open`` -> ``console_id``); ``send`` takes it. It is
+  mirrored into the ``Mcp-Param-Console-Id`` HTTP header (``x-mcp-header``, SEP-2243, MCP
+  2026-07-28), so a load balancer can pin a console's calls to the replica that holds it; that
+  annotation needs a plain ``"type": "string"``, so ``console_id`` is the one field that is not
+  nullable: an empty string means "not given" (what a strict client sends for none).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import mcp_types as types
 
 __all__ = [
     "CONSOLE_ID",
+    "CONSOLE_ID_HEADER",
     "Lifetimes",
     "consistent_text",
     "console_tools",
@@ -33,6 +38,8 @@ __all__ = [
 ]
 
 CONSOLE_ID = "console_id"
+#: The ``x-mcp-header`` name of ``console_id``: clients send it as the ``Mcp-Param-Console-Id`` header.
+CONSOLE_ID_HEADER = "Console-Id"
 OPEN, CLOSE, LIST = "console_open", "console_close", "console_list"
 
 _TIMEOUT_ADVICE = re.compile(r"timeout_ms\s*=\s*`?([0-9][0-9_,]*)")
@@ -111,7 +118,7 @@ def model_send_schema(schema: Mapping[str, Any], cap: int, *, installs: bool, ha
         if name == "control":
             prop.pop("oneOf", None)
         props[name] = prop
-    props[CONSOLE_ID] = {"type": ["string", "null"], "description": handle_note}
+    props[CONSOLE_ID] = {"type": "string", "description": handle_note, "x-mcp-header": CONSOLE_ID_HEADER}
     out["properties"] = props
     out["additionalProperties"] = False
     out.pop("required", None)
@@ -120,10 +127,13 @@ def model_send_schema(schema: Mapping[str, Any], cap: int, *, installs: bool, ha
 
 def validation_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The advertised schema, except ``timeout_ms``'s maximum: a longer wait is clamped to the
-    cap (mcp-console's own habit is to ask for 300000 ms), not refused."""
+    cap (mcp-console's own habit is to ask for 300000 ms), not refused; and ``console_id`` may
+    also be null (as every other field)."""
     props = dict(schema.get("properties") or {})
     if isinstance(props.get("timeout_ms"), dict):
         props["timeout_ms"] = {k: v for k, v in props["timeout_ms"].items() if k != "maximum"}
+    if isinstance(props.get(CONSOLE_ID), dict):
+        props[CONSOLE_ID] = {**props[CONSOLE_ID], "type": ["string", "null"]}
     return {**schema, "properties": props}
 
 
@@ -136,7 +146,7 @@ def _handle_note(session_consoles: bool) -> str:
     note = "The console to run in: a `console_id` from `console_open`."
     if session_consoles:
         note += (
-            " Without one (null), this MCP session's own console is used (opened at the first send); "
+            ' Without one (omitted or ""), this MCP session\'s own console is used (opened at the first send); '
             "a client without an MCP session (protocol 2026-07-28 over HTTP) must pass one."
         )
     else:
@@ -164,7 +174,13 @@ def console_tools(
         + f"\n\nconsole-bridge serve: omitted fields may be null (null means not given). {note} "
         f"A console is {limits}."
     )
-    handle_props = {CONSOLE_ID: {"type": "string", "description": "A console_id from console_open."}}
+    handle_props = {
+        CONSOLE_ID: {
+            "type": "string",
+            "description": "A console_id from console_open.",
+            "x-mcp-header": CONSOLE_ID_HEADER,
+        }
+    }
     number = {"type": ["number", "null"]}
     opened = {
         "type": "object",

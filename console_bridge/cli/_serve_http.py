@@ -10,7 +10,7 @@ session closes that session's own console. A POST's body is read (bounded) and c
 (:func:`opening_refusal` for one without ``Mcp-Session-Id``: 406 for an ``Accept`` without JSON
 and SSE, 415 for a body that is not ``application/json``, 400 for one that is not JSON-RPC, however
 malformed: bad UTF-8, nesting 10^5 deep, not an object), so no malformed request gets a 500 or a
-traceback.
+traceback. SSE streams are resumable (``_serve_events``: a priming event, ``retry``, ``Last-Event-ID``).
 """
 
 from __future__ import annotations
@@ -27,15 +27,18 @@ import pydantic_core
 from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_PARAM_HEADER_PREFIX
 from mcp_types import INTERNAL_ERROR, jsonrpc_message_adapter
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
 from console_bridge._identity import Owner
 from console_bridge.cli._serve_consoles import Consoles
+from console_bridge.cli._serve_contract import CONSOLE_ID_HEADER
+from console_bridge.cli._serve_events import BoundedEventStore
 from console_bridge.cli._serve_identity import Identities
 from console_bridge.cli._serve_mcp import Caller
 
@@ -128,7 +131,8 @@ class Gate:
         session = None
         if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
             session = request.headers.get(MCP_SESSION_ID_HEADER)
-        return Caller(identity=identity, session=session)
+        header = request.headers.get(f"{MCP_PARAM_HEADER_PREFIX}{CONSOLE_ID_HEADER}")
+        return Caller(identity=identity, session=session, console_header=header)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -183,16 +187,37 @@ class Gate:
                 await self.consoles.aclose()
 
 
+class _Sessions(StreamableHTTPSessionManager):
+    """The SDK's session manager, with resumable SSE streams: each MCP session gets its own view of one
+    bounded event store (stream ids repeat across sessions; the SDK would share one store)."""
+
+    def __init__(self, server: Server[Any], events: BoundedEventStore, **options: Any) -> None:
+        super().__init__(app=server, **options)
+        self.events = events
+
+    def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
+        transport = super()._admit_session(requestor)
+        if transport is not None and transport.mcp_session_id is not None:
+            transport._event_store = self.events.session(transport.mcp_session_id)
+        return transport
+
+
+#: The reconnection delay an SSE stream suggests to its client (the ``retry`` field), milliseconds.
+SSE_RETRY_MS = 1000
+
+
 def make_sdk(
     server: Server[Any], *, idle_timeout: float | None, max_sessions: int, max_body_bytes: int
 ) -> StreamableHTTPSessionManager:
     """The SDK's session manager; the gate has checked origin and token (no SDK security settings)."""
-    return StreamableHTTPSessionManager(
-        app=server,
+    return _Sessions(
+        server,
+        BoundedEventStore(),
         session_idle_timeout=idle_timeout,
         max_sessions=max_sessions,
         security_settings=None,
         max_request_body_size=max_body_bytes,
+        retry_interval=SSE_RETRY_MS,
     )
 
 

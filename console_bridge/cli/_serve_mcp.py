@@ -29,6 +29,7 @@ import jsonschema
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_PARAM_HEADER_PREFIX, decode_header_value
 
 from console_bridge import __version__
 from console_bridge._confinement._deny import PROBE_MARK
@@ -38,7 +39,16 @@ from console_bridge._hostfs import open_file
 from console_bridge._identity import Owner
 from console_bridge._results import ToolResult
 from console_bridge.cli._serve_consoles import Consoles, Held
-from console_bridge.cli._serve_contract import CLOSE, CONSOLE_ID, LIST, OPEN, Lifetimes, console_tools, strip_nulls
+from console_bridge.cli._serve_contract import (
+    CLOSE,
+    CONSOLE_ID,
+    CONSOLE_ID_HEADER,
+    LIST,
+    OPEN,
+    Lifetimes,
+    console_tools,
+    strip_nulls,
+)
 
 __all__ = [
     "SANDBOX_URI",
@@ -48,6 +58,7 @@ __all__ = [
     "Template",
     "bridge_note",
     "build_server",
+    "header_mismatch",
     "instructions_for",
     "learn",
     "to_call_result",
@@ -59,11 +70,31 @@ TRANSCRIPT_URI = "console://session/transcript"
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who a request comes from: the authenticated identity, and the MCP session whose own console a
-    ``send`` without ``console_id`` uses (None where there is none: 2026-07-28 over HTTP)."""
+    """Who a request comes from: the authenticated identity, the MCP session whose own console a
+    ``send`` without ``console_id`` uses (None where there is none: 2026-07-28 over HTTP), and the
+    raw ``Mcp-Param-Console-Id`` header of the request (HTTP; None when it has none)."""
 
     identity: Owner
     session: str | None
+    console_header: str | None = None
+
+
+def header_mismatch(header: str | None, console_id: object) -> str | None:
+    """Why a request's ``Mcp-Param-Console-Id`` header and its ``console_id`` argument disagree, or
+    None. Under 2026-07-28 the SDK refuses a mismatch before dispatch (HTTP 400, HeaderMismatch);
+    this holds the 2025 handshake era to the same rule, as a tool error. No header: nothing to check
+    (clients of the 2025 era do not mirror arguments)."""
+    if header is None:
+        return None
+    decoded = decode_header_value(header)
+    given = console_id if isinstance(console_id, str) else ""
+    if decoded is not None and decoded.strip() == given:
+        return None
+    shown = "a malformed =?base64?...?= value" if decoded is None else repr(decoded)
+    return (
+        f"the {MCP_PARAM_HEADER_PREFIX}{CONSOLE_ID_HEADER} header ({shown}) does not match the {CONSOLE_ID} "
+        f"argument ({console_id!r}); send the same console_id in both, or leave the header out"
+    )
 
 
 Resolve = Callable[[ServerRequestContext[Any, Any]], Caller]
@@ -259,6 +290,10 @@ def build_server(
     ) -> types.CallToolResult:
         caller = resolve(ctx)
         arguments = dict(params.arguments or {})
+        if params.name in (send_name, CLOSE):
+            mismatch = header_mismatch(caller.console_header, arguments.get(CONSOLE_ID))
+            if mismatch is not None:
+                return _tool_error(mismatch)
         try:
             if params.name == send_name:
                 return await send(ctx, caller, arguments)
@@ -380,9 +415,10 @@ def build_server(
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         if uri not in (SANDBOX_URI, TRANSCRIPT_URI):
-            raise MCPError(
+            raise MCPError(  # SEP-2164: not found is -32602 with the URI in data
                 types.INVALID_PARAMS,
                 f"unknown resource {uri!r}; offered: {SANDBOX_URI}, {TRANSCRIPT_URI}",
+                data={"uri": uri},
             )
         if uri == SANDBOX_URI:
             text, mime = json.dumps(template.sandbox, indent=2), "application/json"

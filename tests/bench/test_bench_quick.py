@@ -134,7 +134,8 @@ def test_quick_serve_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"bench.py --serve --quick exited {proc.returncode}\n{output}"
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["errors"] == [] and report["cleanup"]["ok"] is True
-    assert set(report["warm_rtt"]) == {"raw", "library", "serve"}
+    assert set(report["warm_rtt"]) == {"raw", "library", "serve", "serve-http"}
+    assert report["serve_http_ratio"] > 0
     assert all(figure["median_ms"] > 0 for figure in report["warm_rtt"].values())
     assert report["target"]["threshold"] == 1.15
     assert "| warm round trip of `1`, serve" in proc.stdout

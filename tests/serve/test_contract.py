@@ -9,11 +9,13 @@ import pytest
 
 from console_bridge.cli._serve_contract import (
     CONSOLE_ID,
+    CONSOLE_ID_HEADER,
     Lifetimes,
     consistent_text,
     console_tools,
     strip_nulls,
 )
+from console_bridge.cli._serve_mcp import header_mismatch
 
 # What mcp-console 0.0.6 gives (abridged to the sentences that used to contradict serve's caps).
 DESCRIPTION = (
@@ -92,13 +94,44 @@ def test_strict_conversion_keeps_every_field_optional_in_effect() -> None:
         assert set(strict.get("required", [])) == set(strict["properties"])
     strict = strict_schema.ensure_strict_json_schema(dict(send.input_schema))
     for name, prop in strict["properties"].items():
+        if name == CONSOLE_ID:  # x-mcp-header needs a plain string type: "" is "not given"
+            assert prop["type"] == "string" and '""' in prop["description"]
+            continue
         kinds = prop.get("type")
         assert (
             "null" in kinds if isinstance(kinds, list) else any(a.get("type") == "null" for a in prop.get("anyOf", []))
         ), name
     # what a strict model sends to run a cell: every field, the unused ones null -> no interrupt reaches the console
-    call = {"python": "1", "sql": None, "timeout_ms": None, "control": None, "stdin": None, CONSOLE_ID: None}
+    call = {"python": "1", "sql": None, "timeout_ms": None, "control": None, "stdin": None, CONSOLE_ID: ""}
     assert strip_nulls(call) == {"python": "1"}
+    assert strip_nulls({**call, CONSOLE_ID: None}) == {"python": "1"}
+
+
+def test_console_id_is_routable_by_header() -> None:
+    """SEP-2243: console_id carries a valid x-mcp-header (the MCP SDK drops a tool with an invalid one,
+    e.g. on a nullable type), so 2026-07-28 clients mirror it into Mcp-Param-Console-Id."""
+    from mcp.shared.inbound import find_invalid_x_mcp_header, mcp_param_headers, x_mcp_header_map
+
+    [send, _opener, closer, _lister], validation = tools()
+    for tool in (send, closer):
+        assert find_invalid_x_mcp_header(tool.input_schema) is None
+        assert x_mcp_header_map(tool.input_schema) == {(CONSOLE_ID,): CONSOLE_ID_HEADER}
+    headers = mcp_param_headers(x_mcp_header_map(send.input_schema), {CONSOLE_ID: "abc", "python": "1"})
+    assert headers == {"Mcp-Param-Console-Id": "abc"}
+    assert mcp_param_headers(x_mcp_header_map(send.input_schema), {CONSOLE_ID: None}) == {}
+    assert validation["properties"][CONSOLE_ID]["type"] == ["string", "null"]  # a null is still accepted
+
+
+def test_header_and_argument_must_agree() -> None:
+    assert header_mismatch(None, "abc") is None  # 2025-era clients do not mirror
+    assert header_mismatch("abc", "abc") is None
+    assert header_mismatch("", None) is None and header_mismatch("", "") is None
+    assert header_mismatch("=?base64?YWJj?=", "abc") is None
+    wrong = header_mismatch("abd", "abc")
+    assert wrong is not None and "Mcp-Param-Console-Id" in wrong and "'abd'" in wrong and "'abc'" in wrong
+    assert header_mismatch("abc", None) is not None  # a header naming a console the body does not
+    malformed = header_mismatch("=?base64?***?=", "abc")
+    assert malformed is not None and "malformed" in malformed
 
 
 def test_validation_accepts_nulls_and_clamps_rather_than_refuses() -> None:

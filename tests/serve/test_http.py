@@ -208,3 +208,80 @@ async def test_identities_handles_and_the_2026_era(http_server: Any, tmp_path: P
     assert owners == {"alice", "bob"}, owners  # each console's cells (its probe too) under its client's identity
     assert server.stop() == 0
     assert leftovers(tmp_path) == []
+
+
+def _sse_or_json(response: httpx2.Response) -> dict[str, Any]:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads([d for d in data if d][-1])
+    return response.json()  # type: ignore[no-any-return]
+
+
+async def test_console_id_rides_in_a_header_for_routing(http_server: Any, tmp_path: Path) -> None:
+    """SEP-2243: console_id is mirrored into Mcp-Param-Console-Id so a load balancer can pin a console's
+    calls; a header that disagrees with the argument is refused (2026-07-28: HTTP 400 HeaderMismatch
+    before dispatch; the 2025 handshake: a tool error), so a router and the server never disagree."""
+    from mcp import Client
+
+    server: HttpServer = http_server("--warm", "0", "--replica", "replica-1")
+    sent: list[httpx2.Headers] = []
+
+    async def record(request: httpx2.Request) -> None:
+        sent.append(request.headers)
+
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {server.token}"},
+        timeout=httpx2.Timeout(60.0),
+        event_hooks={"request": [record]},
+    )
+    async with http, Client(streamable_http_client(server.url, http_client=http), mode="2026-07-28") as sdk:
+        assert {t.name for t in (await sdk.list_tools()).tools} >= {"send", "console_close"}  # not dropped
+        none = await sdk.call_tool("send", {"python": "1", "console_id": ""})  # a strict client's "none"
+        assert none.is_error and "console_open" in text(none), text(none)  # mirrored as an empty header, agreed
+        opened = await sdk.call_tool("console_open", {})
+        console_id = opened.structured_content["console_id"]  # type: ignore[index]
+        replica, _, secret = console_id.partition(".")  # --replica: a proxy routes on the prefix
+        assert replica == "replica-1" and len(secret) >= 32
+        ran = await sdk.call_tool("send", {"python": "21 * 2", "console_id": console_id})
+        assert text(ran).strip() == "42"
+    calls = [h for h in sent if h.get("mcp-method") == "tools/call" and h.get("mcp-name") == "send"]
+    assert calls and calls[-1].get("mcp-param-console-id") == console_id
+
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    modern_call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "send", "arguments": {"python": "1", "console_id": console_id}, "_meta": meta},
+    }
+    auth = {"Authorization": f"Bearer {server.token}"}
+    routing = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "send"}
+    async with httpx2.AsyncClient(timeout=60.0, headers={**ACCEPT, **auth}) as raw:
+        wrong = await raw.post(server.url, json=modern_call, headers={**routing, "mcp-param-console-id": "other"})
+        assert wrong.status_code == 400 and wrong.json()["error"]["code"] == -32020, wrong.text
+        right = await raw.post(server.url, json=modern_call, headers={**routing, "mcp-param-console-id": console_id})
+        assert right.status_code == 200 and not _sse_or_json(right)["result"]["isError"], right.text
+        # the 2025 handshake: the same rule, as a tool error the model can read
+        opened_session = await raw.post(server.url, json=INIT)
+        sid = {"mcp-session-id": opened_session.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        await raw.post(server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=sid)
+        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call"}
+        args = {"python": "1", "console_id": console_id}
+        mismatch = await raw.post(
+            server.url,
+            json={**call, "params": {"name": "send", "arguments": args}},
+            headers={**sid, "mcp-param-console-id": "other"},
+        )
+        result = _sse_or_json(mismatch)["result"]
+        assert result["isError"] and "Mcp-Param-Console-Id" in result["content"][0]["text"], result
+        matching = await raw.post(
+            server.url,
+            json={**call, "id": 4, "params": {"name": "send", "arguments": args}},
+            headers={**sid, "mcp-param-console-id": console_id},
+        )
+        assert not _sse_or_json(matching)["result"]["isError"]
+    assert server.stop() == 0

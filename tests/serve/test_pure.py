@@ -75,3 +75,20 @@ def test_transcript_hides_the_probe_call() -> None:
     assert "## Call 2: Python" in shown and "x * 2" in shown and "## Console process" in shown
     assert "## Session 001 started" in shown and "## Result for call 2" in shown and "Result for call 1" not in shown
     assert without_probe("## Call 1: Python\nx\n") == "## Call 1: Python\nx\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--transport", "http", "--replica", "a.b"], "--replica 'a.b': use 1-32 letters"),
+        (["--transport", "http", "--replica", "x" * 33], "use 1-32 letters"),
+        (["--replica", "r1"], "--replica applies to --transport http only"),
+    ],
+)
+def test_replica_names_are_checked(args: list[str], message: str) -> None:
+    from click.testing import CliRunner
+
+    from console_bridge.cli import cli
+
+    result = CliRunner().invoke(cli, ["serve", *args])
+    assert result.exit_code != 0 and message in result.output, result.output
