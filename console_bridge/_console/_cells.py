@@ -37,6 +37,8 @@ RESTART_REQUIRED = "explicit restart required]"
 _ELAPSED = re.compile(r"^\[elapsed: [^\]]*\]$")
 _PROMPT = re.compile(r'^\[input requested: "(?P<prompt>.*)"\]$')
 _EXITED = re.compile(r"^\[worker exited with status (?P<status>-?\d+)\]$")
+#: a worker killed by a signal (a memory kill, a limit's stop, a kill from outside): status -N
+_SIGNALED = re.compile(r"^\[worker terminated by signal (?P<signal>\d+)\]$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ def read_notices(text: str) -> CellNotice:
         else:
             if match := _EXITED.match(stripped):
                 exited, status = True, int(match.group("status"))
+            elif match := _SIGNALED.match(stripped):
+                exited, status = True, -int(match.group("signal"))
             if stripped.endswith(RESTART_REQUIRED):
                 restart = True
             kept.append(line)
@@ -140,6 +144,8 @@ def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> 
             stripped = line.strip()
             if match := _EXITED.match(stripped):
                 exited, status = True, int(match.group("status"))
+            elif match := _SIGNALED.match(stripped):
+                exited, status = True, -int(match.group("signal"))
             if stripped.endswith(RESTART_REQUIRED):
                 restart = True
     output = "\n".join(lines)

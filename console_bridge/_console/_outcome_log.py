@@ -88,11 +88,17 @@ def limit_failure(limit: str, language: str, detail: str = "") -> CellFailure:
 
 def worker_exited_failure(language: str, status: int | None) -> CellFailure:
     """The failure of a cell whose worker process ended (``sys.exit``, ``os._exit``, a crash)."""
-    shown = "unknown" if status is None else str(status)
+    if status is not None and status < 0:
+        how = (
+            f"the worker was killed by signal {-status} (a limit, the kernel's OOM killer or another "
+            "process); its in-memory state is lost, and a cell sent to the dead worker did not run"
+        )
+    else:
+        how = f"the worker exited with status {'unknown' if status is None else status}; its in-memory state is lost"
     return CellFailure(
         language=language,
         name="WorkerExited",
-        message=f"the worker exited with status {shown}; its in-memory state is lost",
+        message=how,
         traceback="",
         kind="worker_exited",
     )

@@ -214,3 +214,23 @@ def test_the_recording_cap_cuts_only_what_the_cell_added(tmp_path: Path) -> None
     assert (cells / "cell-002.png").stat().st_size in (0, 4 + MiB)  # an image is never cut in half
     assert (cells / "cell-002.txt").stat().st_size < 3 * MiB  # the cell's text was cut
     assert cap.total(rec) <= cap.low
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
+async def test_a_cell_sent_to_a_worker_killed_while_idle_fails_clearly(workspace: Path, recordings: Path) -> None:
+    # mcp-console answers such a cell with the death notices and isError false, without running it:
+    # it must not pass for a cell that ran.
+    from console_bridge._confinement._disk import kill_cells
+
+    async with _console(workspace, recordings_dir=recordings) as c:
+        await c.run(python="x = 1")
+        worker = c._confined._worker  # the worker the session adopted before that cell
+        assert worker is not None
+        kill_cells(worker)
+        lost = await c.run(python="print('ran')")
+        assert lost.error is not None and lost.error.kind == "worker_exited", lost
+        assert "signal 9" in lost.error.message and "ran" not in lost.text
+        again = await c.run(python="print('ran')")
+        assert again.error is None and again.text.strip() == "ran", again

@@ -201,3 +201,18 @@ def test_event_timestamps_read_without_parsing_match_the_parsed_value() -> None:
     assert _timestamp(nested) == pytest.approx(1796017660.5)
     assert _timestamp(b'{"at":"2026-13-01T10:12:15Z"}') is None
     assert _timestamp(b"not json") is None
+
+
+def test_a_worker_killed_by_a_signal_is_an_exit_with_a_negative_status() -> None:
+    from console_bridge._console._cells import read_notices
+    from console_bridge._console._outcome_log import worker_exited_failure
+
+    text = (
+        "[worker sideband read failed: worker sideband closed]\n[worker terminated by signal 9]\n"
+        "[worker stopped: in-memory state lost; explicit restart required]"
+    )
+    notice = read_notices(text)
+    assert notice.worker_exited and notice.exit_status == -9 and notice.restart_required
+    failure = worker_exited_failure("python", notice.exit_status)
+    assert failure.kind == "worker_exited" and "signal 9" in failure.message and "did not run" in failure.message
+    assert "status 3" in worker_exited_failure("python", 3).message
