@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import itertools
 import json
@@ -107,6 +108,8 @@ class Plan:
 
 
 QUICK = Plan(cold=3, warm=30, lag=2, close=1, memory=1, sessions=4, cells=10, rounds=1, fresh=1, idle_window=1.0)
+PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))
+PHASE_NAMES = ("cold", "fresh", "warm", "lag", "close", "memory", "concurrency")
 FULL = Plan(cold=10, warm=300, lag=5, close=5, memory=3, sessions=16, cells=50, rounds=2, fresh=3, idle_window=3.0)
 
 TARGETS: dict[str, tuple[str, str, float]] = {
@@ -1298,9 +1301,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ray", action="store_true", help="run the Ray section (scripts/bench_ray.py) instead; needs the [ray] extra"
     )
+    parser.add_argument(
+        "--phases",
+        metavar="LIST",
+        help=f"run only these phases, comma-separated, in the usual order ({', '.join(PHASE_NAMES)}); "
+        "without the cold phase one bridge session is opened first to take the serve arguments",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=N",
+        help=f"override one repetition count of the plan, e.g. --set sessions=16 (fields: {', '.join(PLAN_FIELDS)})",
+    )
     parser.add_argument("--child", choices=("raw", "bridge"), help=argparse.SUPPRESS)
     parser.add_argument("--child-setup", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.phases is not None:
+        args.phases = [name.strip() for name in args.phases.split(",") if name.strip()]
+        unknown = sorted(set(args.phases) - set(PHASE_NAMES))
+        if unknown:
+            parser.error(f"--phases: unknown {', '.join(unknown)} (known: {', '.join(PHASE_NAMES)})")
+    overrides: dict[str, float] = {}
+    for item in args.set:
+        field_name, _, value = item.partition("=")
+        if field_name not in PLAN_FIELDS:
+            parser.error(f"--set {item!r}: unknown field (known: {', '.join(PLAN_FIELDS)})")
+        try:
+            overrides[field_name] = float(value) if field_name == "idle_window" else int(value)
+        except ValueError:
+            parser.error(f"--set {item!r}: not a number")
+    args.overrides = overrides
     if not args.binary.exists():
         parser.error(f"--binary {str(args.binary)!r} does not exist")
     args.binary = args.binary.absolute()
@@ -1340,8 +1371,31 @@ def versions() -> dict[str, str]:
     return out
 
 
+async def phase_setup(bench: Bench) -> None:
+    """Without the cold phase: one bridge session, only to take its serve arguments."""
+    session = bench.bridge()
+    await session.open()
+    try:
+        _check_one(await session.cell(TRIVIAL))
+        session.snapshot()
+        take_serve_args(bench, session)
+    finally:
+        await session.close()
+
+
+PHASES: dict[str, tuple[str, Callable[[Bench], Awaitable[None]]]] = {
+    "cold": ("cold start (+ idle close)", phase_cold_start),
+    "fresh": ("cold start in a fresh interpreter", phase_fresh),
+    "warm": ("warm round trip", phase_warm),
+    "lag": ("completion lag", phase_completion_lag),
+    "close": ("interrupt, busy close, cancel", phase_close_cancel),
+    "memory": ("memory and processes", phase_memory),
+    "concurrency": ("concurrency", phase_concurrency),
+}
+
+
 async def run(args: argparse.Namespace) -> int:
-    plan = QUICK if args.quick else FULL
+    plan = dataclasses.replace(QUICK if args.quick else FULL, **getattr(args, "overrides", {}))
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -1356,15 +1410,10 @@ async def run(args: argparse.Namespace) -> int:
     saved_tempdir = tempfile.tempdir
     tempfile.tempdir = str(bench.scratch.bridge_tmp)
     started = time.perf_counter()
-    phases: list[tuple[str, Callable[[Bench], Awaitable[None]]]] = [
-        ("cold start (+ idle close)", phase_cold_start),
-        ("cold start in a fresh interpreter", phase_fresh),
-        ("warm round trip", phase_warm),
-        ("completion lag", phase_completion_lag),
-        ("interrupt, busy close, cancel", phase_close_cancel),
-        ("memory and processes", phase_memory),
-        ("concurrency", phase_concurrency),
-    ]
+    selected = getattr(args, "phases", None) or list(PHASES)
+    phases = [PHASES[name] for name in PHASES if name in selected]
+    if "cold" not in selected:
+        phases.insert(0, ("setup (serve arguments)", phase_setup))
     timings: dict[str, float] = {}
     try:
         for name, phase in phases:
@@ -1420,7 +1469,16 @@ async def run(args: argparse.Namespace) -> int:
         print(f"target {key}: {t['description']}: {value} -> {state}")
     parity = report["parity"]
     if parity:
-        print(f"serve args (both clients): {' '.join(parity['serve_args'])}")
+        shown = [a if len(a) <= 100 else f"{a[:60]}...({len(a)} chars; see --json)" for a in parity["serve_args"]]
+        print(f"serve args (both clients): {' '.join(shown)}")
+    meta = report["meta"]
+    print(
+        "load average (1/5/15 min) at start "
+        + "/".join(f"{v:.2f}" for v in meta["load_average_at_start"])
+        + ", at end "
+        + "/".join(f"{v:.2f}" for v in meta["load_average_at_end"])
+        + f" ({os.cpu_count()} CPUs)"
+    )
     print(f"cleanup: {'ok' if clean['ok'] else 'FAILED ' + json.dumps(clean)}; took {total:.1f}s")
     for error in bench.errors:
         print(f"error: {error}")
