@@ -104,6 +104,10 @@ class StdinSocket:
             asyncio.get_running_loop().remove_writer(sock.fileno())
             if not waiter.done():
                 waiter.set_exception(anyio.ClosedResourceError())
+        # The socket's write side, not only this descriptor: a copy in a process forked from the
+        # host does not keep the server's input open.
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
         sock.close()
 
 
