@@ -102,12 +102,12 @@ class Plan:
     memory: int
     sessions: int
     cells: int
-    rounds: int  # concurrency rounds, client order alternating (raw, bridge, bridge, raw, ...)
+    rounds: int  # concurrency rounds, both kinds' sessions open, order alternating (raw, bridge, bridge, raw, ...)
     fresh: int  # cold starts in a fresh interpreter, per client
     idle_window: float  # seconds of idle-CPU probing with N sessions open
 
 
-QUICK = Plan(cold=3, warm=30, lag=2, close=1, memory=1, sessions=4, cells=10, rounds=1, fresh=1, idle_window=1.0)
+QUICK = Plan(cold=3, warm=30, lag=2, close=1, memory=1, sessions=4, cells=10, rounds=2, fresh=1, idle_window=1.0)
 PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))
 PHASE_NAMES = ("cold", "fresh", "warm", "lag", "close", "memory", "concurrency")
 FULL = Plan(cold=10, warm=300, lag=5, close=5, memory=3, sessions=16, cells=50, rounds=2, fresh=3, idle_window=3.0)
@@ -982,63 +982,64 @@ def _proc_info(proc: psutil.Process) -> dict[str, Any]:
         return {"pid": proc.pid, "gone": True}
 
 
-async def _concurrent(
-    bench: Bench, kind: str, cells: Callable[[Session, list[float]], Awaitable[None]]
-) -> dict[str, Any]:
-    """One session alone, then N at once; every session lives in its own task (open to close)."""
-    n = bench.plan.sessions
-    make: Callable[[], Session] = bench.bridge if kind == "bridge" else bench.raw
-    sessions = [make() for _ in range(n)]
-    per_session: list[list[float]] = [[] for _ in sessions]
-    single: list[float] = []
-    alone_done = asyncio.Event()
-    ready = [asyncio.Event() for _ in sessions]
-    done = [asyncio.Event() for _ in sessions]
-    go, stop = asyncio.Event(), asyncio.Event()
+_Cells = Callable[[Session, list[float]], Awaitable[None]]
 
-    async def lifecycle(index: int, session: Session) -> None:
-        # The raw client must be entered and closed in the same task.
+
+class _Pool:
+    """N sessions of one kind, each living in its own task (open to close: the raw client must be
+    entered and closed in the same task), driven by commands: run M cells, or close."""
+
+    def __init__(self, bench: Bench, kind: str, n: int) -> None:
+        make: Callable[[], Session] = bench.bridge if kind == "bridge" else bench.raw
+        self.kind = kind
+        self.sessions = [make() for _ in range(n)]
+        self.inbox: list[asyncio.Queue[tuple[str, list[float] | None]]] = [asyncio.Queue() for _ in range(n)]
+        self.ready = [asyncio.Event() for _ in range(n)]
+        self.done: list[asyncio.Event] = [asyncio.Event() for _ in range(n)]
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def _life(self, index: int, cells: _Cells) -> None:
+        session = self.sessions[index]
         await session.open()
         try:
             _check_one(await session.cell(TRIVIAL))
             session.snapshot()
-            if index == 0:
-                await cells(session, single)  # the baseline: this session alone
-                alone_done.set()
-            ready[index].set()
-            await go.wait()
-            await cells(session, per_session[index])
-            done[index].set()
-            await stop.wait()
+            self.ready[index].set()
+            while True:
+                command, out = await self.inbox[index].get()
+                if command == "close":
+                    break
+                assert out is not None
+                await cells(session, out)
+                self.done[index].set()
         finally:
             await session.close()
 
-    async with asyncio.TaskGroup() as tg:
-        tg.create_task(lifecycle(0, sessions[0]))
-        await alone_done.wait()
+    async def open(self, tg: asyncio.TaskGroup, indices: range, cells: _Cells) -> float:
         started = time.perf_counter()
-        for index in range(1, n):
-            tg.create_task(lifecycle(index, sessions[index]))
-        for event in ready:
-            await event.wait()
-        opened = time.perf_counter() - started
-        idle = await idle_probe(bench.plan.idle_window)
+        for index in indices:
+            self.tasks.append(tg.create_task(self._life(index, cells)))
+        for index in indices:
+            await self.ready[index].wait()
+        return time.perf_counter() - started
+
+    async def run(self, indices: range) -> tuple[list[float], float]:
+        """M cells in each of these sessions at once: the latencies and the wall time."""
+        outs: list[list[float]] = [[] for _ in indices]
         started = time.perf_counter()
-        go.set()
-        for event in done:
-            await event.wait()
-        wall = time.perf_counter() - started
-        closing = time.perf_counter()
-        stop.set()
-    closed_all = time.perf_counter() - closing
-    return {
-        "single_ms": to_ms(single),
-        "concurrent_ms": to_ms([v for values in per_session for v in values]),
-        "wall_s": wall,
-        "open_others_s": opened,
-        "idle": idle,
-        "close_all_s": closed_all,
-    }
+        for index, out in zip(indices, outs, strict=True):
+            self.done[index].clear()
+            self.inbox[index].put_nowait(("cells", out))
+        for index in indices:
+            await self.done[index].wait()
+        return [v for out in outs for v in out], time.perf_counter() - started
+
+    async def close(self) -> float:
+        started = time.perf_counter()
+        for queue in self.inbox:
+            queue.put_nowait(("close", None))
+        await asyncio.gather(*self.tasks)
+        return time.perf_counter() - started
 
 
 async def idle_probe(window: float) -> dict[str, float]:
@@ -1059,23 +1060,14 @@ async def idle_probe(window: float) -> dict[str, float]:
     }
 
 
-def _merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pool the latencies of several rounds; add up walls; average the idle probes."""
-    return {
-        "single_ms": [v for r in runs for v in r["single_ms"]],
-        "concurrent_ms": [v for r in runs for v in r["concurrent_ms"]],
-        "wall_s": sum(r["wall_s"] for r in runs),
-        "open_others_s": statistics.fmean(r["open_others_s"] for r in runs),
-        "close_all_s": statistics.fmean(r["close_all_s"] for r in runs),
-        "idle": {key: statistics.fmean(r["idle"][key] for r in runs) for key in runs[0]["idle"]},
-        "rounds": [{k: v for k, v in r.items() if not k.endswith("_ms")} for r in runs],
-    }
-
-
 async def phase_concurrency(bench: Bench) -> None:
-    """N sessions each running M trivial cells at once, against one session alone."""
+    """N sessions each running M trivial cells at once, against one session alone.
+
+    Both clients' N sessions are open at the same time (idle between rounds) and the rounds
+    alternate raw, bridge, bridge, raw, ...: the two kinds meet the same machine load, minutes
+    apart at most, instead of each in its own stretch of a shared, loaded machine."""
     n, m = bench.plan.sessions, bench.plan.cells
-    details: dict[str, Any] = {"sessions": n, "cells_per_session": m}
+    details: dict[str, Any] = {"sessions": n, "cells_per_session": m, "rounds": bench.plan.rounds}
 
     async def cells(session: Session, out: list[float]) -> None:
         for _ in range(m):
@@ -1084,15 +1076,43 @@ async def phase_concurrency(bench: Bench) -> None:
             out.append(time.perf_counter() - started)
             _check_one(text)
 
-    runs: dict[str, list[dict[str, Any]]] = {"raw": [], "bridge": []}
-    for round_ in range(bench.plan.rounds):
-        for kind in ("raw", "bridge") if round_ % 2 == 0 else ("bridge", "raw"):
-            runs[kind].append(await _concurrent(bench, kind, cells))
-            bench.log(f"  concurrency round {round_ + 1}/{bench.plan.rounds}: {kind} done")
-    results = {kind: _merge_runs(r) for kind, r in runs.items()}
+    pools = {kind: _Pool(bench, kind, n) for kind in ("raw", "bridge")}
+    results: dict[str, dict[str, Any]] = {
+        kind: {"single_ms": [], "concurrent_ms": [], "wall_s": 0.0, "round_walls_s": []} for kind in pools
+    }
+    first, others = range(1), range(1, n)
+    async with asyncio.TaskGroup() as tg:
+        for pool in pools.values():
+            await pool.open(tg, first, cells)
+        for round_ in range(bench.plan.rounds):  # the baseline: one session alone
+            for kind in ("raw", "bridge") if round_ % 2 == 0 else ("bridge", "raw"):
+                single, _ = await pools[kind].run(first)
+                results[kind]["single_ms"].extend(to_ms(single))
+        idle_before = await idle_probe(bench.plan.idle_window)
+        for kind in ("raw", "bridge"):
+            results[kind]["open_others_s"] = await pools[kind].open(tg, others, cells)
+            # The idle probe with this kind's N sessions open (and the other kind's one or N): what
+            # this kind's sessions add to the process's idle CPU is the difference.
+            results[kind]["idle"] = await idle_probe(bench.plan.idle_window)
+        everyone = range(n)
+        for round_ in range(bench.plan.rounds):
+            for kind in ("raw", "bridge") if round_ % 2 == 0 else ("bridge", "raw"):
+                latencies, wall = await pools[kind].run(everyone)
+                results[kind]["concurrent_ms"].extend(to_ms(latencies))
+                results[kind]["wall_s"] += wall
+                results[kind]["round_walls_s"].append(round(wall, 3))
+                bench.log(f"  concurrency round {round_ + 1}/{bench.plan.rounds}: {kind} done")
+        for kind in ("raw", "bridge"):
+            results[kind]["close_all_s"] = await pools[kind].close()
+    raw_idle, bridge_idle = results["raw"]["idle"], results["bridge"]["idle"]
+    raw_idle["cpu_ms_per_s"] = max(0.0, raw_idle["cpu_ms_per_s"] - idle_before["cpu_ms_per_s"])
+    bridge_idle["cpu_ms_per_s"] = max(
+        0.0, bridge_idle["cpu_ms_per_s"] - raw_idle["cpu_ms_per_s"] - idle_before["cpu_ms_per_s"]
+    )
     for kind, r in results.items():
         bench.sample("concurrent_single_ms", kind, r["single_ms"])
         bench.sample("concurrent_many_ms", kind, r["concurrent_ms"])
+        r["rounds"] = [{"wall_s": w} for w in r["round_walls_s"]]
     raw, bridge = results["raw"], results["bridge"]
     calls = n * m * bench.plan.rounds
 
@@ -1161,7 +1181,8 @@ async def phase_concurrency(bench: Bench) -> None:
         "ms CPU/s",
         raw["idle"]["cpu_ms_per_s"] / n,
         bridge["idle"]["cpu_ms_per_s"] / n,
-        "time.process_time() of the benchmark process over the idle window, divided by N",
+        "time.process_time() of the benchmark process over the idle window once this kind's N sessions "
+        "opened, less the window before (both kinds' sessions stay open), divided by N",
     )
     bench.record(
         "idle_loop_lag_max_ms",
