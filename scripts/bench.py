@@ -209,11 +209,41 @@ async def wait_gone(procs: list[psutil.Process], limit: float) -> float | None:
 
 
 # ----------------------------------------------------------------------------- sessions
-def host_env() -> dict[str, str]:
-    """What the bridge passes through from the host (PATH, HOME, LANG, LC_*)."""
+def host_env(path: str | None = None) -> dict[str, str]:
+    """What the bridge passes through from the host (PATH, HOME, LANG, LC_*); ``path`` replaces PATH."""
     env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
     env.update({k: v for k, v in os.environ.items() if k.startswith("LC_")})
+    if path is not None:
+        env["PATH"] = path
     return env
+
+
+#: Where the bridge's server finds its commands when the bridge hides some (R when a session does
+#: not ask for it): a folder of symlinks inside the session's view (see _confinement/_view.py).
+BRIDGE_SHIM = "/.console-bridge/path"
+
+
+def mirror_server_path(bench: Bench, pid: int) -> tuple[str | None, list[str]]:
+    """The same PATH for the raw client as the bridge's server had: a copy of its shim folder (read
+    through /proc/PID/root) in the scratch root, or None when the server had the host's PATH. Also
+    the host's commands the shim leaves out."""
+    try:
+        path = psutil.Process(pid).environ().get("PATH", "")
+    except psutil.Error:
+        return None, []
+    if path != BRIDGE_SHIM:
+        return None, []
+    source = f"/proc/{pid}/root{BRIDGE_SHIM}"
+    target = bench.scratch.root / "raw-path"
+    target.mkdir()
+    names = set(os.listdir(source))
+    for name in names:
+        os.symlink(os.readlink(os.path.join(source, name)), target / name)
+    host: set[str] = set()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        with contextlib.suppress(OSError):
+            host.update(os.listdir(folder))
+    return str(target), sorted(host - names)
 
 
 class Scratch:
@@ -246,6 +276,8 @@ class Bench:
         self.tracker = Tracker()
         self.live: set[Session] = set()
         self.serve_args: list[str] | None = None  # taken from the first bridge server's command line
+        self.raw_path: str | None = None  # the raw client's PATH (None: the host's)
+        self.raw_host_path = False  # --raw-host-path: the raw client keeps the host's PATH
         self.errors: list[str] = []
         self.samples: dict[str, dict[str, list[float]]] = {}
         self.metrics: dict[str, dict[str, Any]] = {}
@@ -308,7 +340,7 @@ class RawSession(Session):
             raise RuntimeError("the serve arguments are taken from a bridge server; open a bridge session first")
         workspace, home, tmp = bench.scratch.session("raw")
         self.workspace = workspace
-        env = host_env() | {"TMPDIR": str(tmp), "MCP_CONSOLE_HOME": str(home)}
+        env = host_env(bench.raw_path) | {"TMPDIR": str(tmp), "MCP_CONSOLE_HOME": str(home)}
         self.client = AsyncMCPConsole(
             command=str(bench.binary),
             args=list(bench.serve_args),
@@ -519,12 +551,17 @@ def take_serve_args(bench: Bench, session: Session) -> None:
     if any(str(session.workspace) in arg for arg in args):
         raise RuntimeError("the bridge's serve arguments name its workspace; they cannot be reused as they are")
     bench.serve_args = args
+    hidden: list[str] = []
+    if not bench.raw_host_path:
+        bench.raw_path, hidden = mirror_server_path(bench, session.pid)
     python = next((a.partition("=")[2] for a in args if a.startswith("python=")), "?")
     documented = [a.format(python=python) for a in DOCUMENTED_ARGS]
     bench.details["parity"] = {
         "serve_args": args,
         "matches_documented_args": args == documented,
         "bridge_env_keys": _env_keys(session.pid),
+        "raw_path": "host PATH" if bench.raw_path is None else "a copy of the bridge server's PATH folder",
+        "commands_hidden_from_both": hidden,
     }
 
 
@@ -542,7 +579,9 @@ async def _fresh_once(bench: Bench, kind: str) -> dict[str, float]:
         "--child",
         kind,
         "--child-setup",
-        json.dumps({"dirs": [str(workspace), str(home), str(tmp)], "serve_args": bench.serve_args}),
+        json.dumps(
+            {"dirs": [str(workspace), str(home), str(tmp)], "serve_args": bench.serve_args, "path": bench.raw_path}
+        ),
     ]
     errors = workspace.parent / "child-stderr.txt"
     with errors.open("wb") as stderr:
@@ -625,7 +664,7 @@ def child_main(kind: str, binary: Path, setup_json: str) -> int:
             close = console.close
         else:
             before = child_pids()
-            env = host_env() | {"TMPDIR": str(tmp), "MCP_CONSOLE_HOME": str(home)}
+            env = host_env(setup.get("path")) | {"TMPDIR": str(tmp), "MCP_CONSOLE_HOME": str(home)}
             raw = AsyncMCPConsole(
                 command=str(binary), args=setup["serve_args"], server_parameters={"env": env, "cwd": str(workspace)}
             )
@@ -1335,6 +1374,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="FIELD=N",
         help=f"override one repetition count of the plan, e.g. --set sessions=16 (fields: {', '.join(PLAN_FIELDS)})",
     )
+    parser.add_argument(
+        "--raw-host-path",
+        action="store_true",
+        help="give the raw client the host's PATH (its default launch: R is discovered where installed) "
+        "instead of the same PATH as the bridge's server (which hides R from a session that does not ask for it)",
+    )
     parser.add_argument("--child", choices=("raw", "bridge"), help=argparse.SUPPRESS)
     parser.add_argument("--child-setup", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1422,6 +1467,7 @@ async def run(args: argparse.Namespace) -> int:
         print(message, file=sys.stderr, flush=True)
 
     bench = Bench(args.binary, plan, args.quick, log)
+    bench.raw_host_path = bool(getattr(args, "raw_host_path", False))
     watchdog = start_watchdog(bench, HARD_LIMIT["quick" if args.quick else "full"])
     load_at_start = list(os.getloadavg())
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -1490,6 +1536,9 @@ async def run(args: argparse.Namespace) -> int:
         print(f"target {key}: {t['description']}: {value} -> {state}")
     parity = report["parity"]
     if parity:
+        hidden = parity["commands_hidden_from_both"]
+        named = ", ".join(name for name in ("R", "Rscript") if name in hidden) or "neither R nor Rscript"
+        print(f"raw client's PATH: {parity['raw_path']} ({len(hidden)} host commands left out, {named} among them)")
         shown = [a if len(a) <= 100 else f"{a[:60]}...({len(a)} chars; see --json)" for a in parity["serve_args"]]
         print(f"serve args (both clients): {' '.join(shown)}")
     meta = report["meta"]
