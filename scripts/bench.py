@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import itertools
 import json
@@ -101,12 +102,14 @@ class Plan:
     memory: int
     sessions: int
     cells: int
-    rounds: int  # concurrency rounds, client order alternating (raw, bridge, bridge, raw, ...)
+    rounds: int  # concurrency rounds, both kinds' sessions open, order alternating (raw, bridge, bridge, raw, ...)
     fresh: int  # cold starts in a fresh interpreter, per client
     idle_window: float  # seconds of idle-CPU probing with N sessions open
 
 
-QUICK = Plan(cold=3, warm=30, lag=2, close=1, memory=1, sessions=4, cells=10, rounds=1, fresh=1, idle_window=1.0)
+QUICK = Plan(cold=3, warm=30, lag=2, close=1, memory=1, sessions=4, cells=10, rounds=2, fresh=1, idle_window=1.0)
+PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))
+PHASE_NAMES = ("cold", "fresh", "warm", "lag", "close", "memory", "concurrency")
 FULL = Plan(cold=10, warm=300, lag=5, close=5, memory=3, sessions=16, cells=50, rounds=2, fresh=3, idle_window=3.0)
 
 TARGETS: dict[str, tuple[str, str, float]] = {
@@ -206,11 +209,41 @@ async def wait_gone(procs: list[psutil.Process], limit: float) -> float | None:
 
 
 # ----------------------------------------------------------------------------- sessions
-def host_env() -> dict[str, str]:
-    """What the bridge passes through from the host (PATH, HOME, LANG, LC_*)."""
+def host_env(path: str | None = None) -> dict[str, str]:
+    """What the bridge passes through from the host (PATH, HOME, LANG, LC_*); ``path`` replaces PATH."""
     env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
     env.update({k: v for k, v in os.environ.items() if k.startswith("LC_")})
+    if path is not None:
+        env["PATH"] = path
     return env
+
+
+#: Where the bridge's server finds its commands when the bridge hides some (R when a session does
+#: not ask for it): a folder of symlinks inside the session's view (see _confinement/_view.py).
+BRIDGE_SHIM = "/.console-bridge/path"
+
+
+def mirror_server_path(bench: Bench, pid: int) -> tuple[str | None, list[str]]:
+    """The same PATH for the raw client as the bridge's server had: a copy of its shim folder (read
+    through /proc/PID/root) in the scratch root, or None when the server had the host's PATH. Also
+    the host's commands the shim leaves out."""
+    try:
+        path = psutil.Process(pid).environ().get("PATH", "")
+    except psutil.Error:
+        return None, []
+    if path != BRIDGE_SHIM:
+        return None, []
+    source = f"/proc/{pid}/root{BRIDGE_SHIM}"
+    target = bench.scratch.root / "raw-path"
+    target.mkdir()
+    names = set(os.listdir(source))
+    for name in names:
+        os.symlink(os.readlink(os.path.join(source, name)), target / name)
+    host: set[str] = set()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        with contextlib.suppress(OSError):
+            host.update(os.listdir(folder))
+    return str(target), sorted(host - names)
 
 
 class Scratch:
@@ -243,6 +276,8 @@ class Bench:
         self.tracker = Tracker()
         self.live: set[Session] = set()
         self.serve_args: list[str] | None = None  # taken from the first bridge server's command line
+        self.raw_path: str | None = None  # the raw client's PATH (None: the host's)
+        self.raw_host_path = False  # --raw-host-path: the raw client keeps the host's PATH
         self.errors: list[str] = []
         self.samples: dict[str, dict[str, list[float]]] = {}
         self.metrics: dict[str, dict[str, Any]] = {}
@@ -305,7 +340,7 @@ class RawSession(Session):
             raise RuntimeError("the serve arguments are taken from a bridge server; open a bridge session first")
         workspace, home, tmp = bench.scratch.session("raw")
         self.workspace = workspace
-        env = host_env() | {"TMPDIR": str(tmp), "MCP_CONSOLE_HOME": str(home)}
+        env = host_env(bench.raw_path) | {"TMPDIR": str(tmp), "MCP_CONSOLE_HOME": str(home)}
         self.client = AsyncMCPConsole(
             command=str(bench.binary),
             args=list(bench.serve_args),
@@ -516,12 +551,17 @@ def take_serve_args(bench: Bench, session: Session) -> None:
     if any(str(session.workspace) in arg for arg in args):
         raise RuntimeError("the bridge's serve arguments name its workspace; they cannot be reused as they are")
     bench.serve_args = args
+    hidden: list[str] = []
+    if not bench.raw_host_path:
+        bench.raw_path, hidden = mirror_server_path(bench, session.pid)
     python = next((a.partition("=")[2] for a in args if a.startswith("python=")), "?")
     documented = [a.format(python=python) for a in DOCUMENTED_ARGS]
     bench.details["parity"] = {
         "serve_args": args,
         "matches_documented_args": args == documented,
         "bridge_env_keys": _env_keys(session.pid),
+        "raw_path": "host PATH" if bench.raw_path is None else "a copy of the bridge server's PATH folder",
+        "commands_hidden_from_both": hidden,
     }
 
 
@@ -539,7 +579,9 @@ async def _fresh_once(bench: Bench, kind: str) -> dict[str, float]:
         "--child",
         kind,
         "--child-setup",
-        json.dumps({"dirs": [str(workspace), str(home), str(tmp)], "serve_args": bench.serve_args}),
+        json.dumps(
+            {"dirs": [str(workspace), str(home), str(tmp)], "serve_args": bench.serve_args, "path": bench.raw_path}
+        ),
     ]
     errors = workspace.parent / "child-stderr.txt"
     with errors.open("wb") as stderr:
@@ -622,7 +664,7 @@ def child_main(kind: str, binary: Path, setup_json: str) -> int:
             close = console.close
         else:
             before = child_pids()
-            env = host_env() | {"TMPDIR": str(tmp), "MCP_CONSOLE_HOME": str(home)}
+            env = host_env(setup.get("path")) | {"TMPDIR": str(tmp), "MCP_CONSOLE_HOME": str(home)}
             raw = AsyncMCPConsole(
                 command=str(binary), args=setup["serve_args"], server_parameters={"env": env, "cwd": str(workspace)}
             )
@@ -979,63 +1021,64 @@ def _proc_info(proc: psutil.Process) -> dict[str, Any]:
         return {"pid": proc.pid, "gone": True}
 
 
-async def _concurrent(
-    bench: Bench, kind: str, cells: Callable[[Session, list[float]], Awaitable[None]]
-) -> dict[str, Any]:
-    """One session alone, then N at once; every session lives in its own task (open to close)."""
-    n = bench.plan.sessions
-    make: Callable[[], Session] = bench.bridge if kind == "bridge" else bench.raw
-    sessions = [make() for _ in range(n)]
-    per_session: list[list[float]] = [[] for _ in sessions]
-    single: list[float] = []
-    alone_done = asyncio.Event()
-    ready = [asyncio.Event() for _ in sessions]
-    done = [asyncio.Event() for _ in sessions]
-    go, stop = asyncio.Event(), asyncio.Event()
+_Cells = Callable[[Session, list[float]], Awaitable[None]]
 
-    async def lifecycle(index: int, session: Session) -> None:
-        # The raw client must be entered and closed in the same task.
+
+class _Pool:
+    """N sessions of one kind, each living in its own task (open to close: the raw client must be
+    entered and closed in the same task), driven by commands: run M cells, or close."""
+
+    def __init__(self, bench: Bench, kind: str, n: int) -> None:
+        make: Callable[[], Session] = bench.bridge if kind == "bridge" else bench.raw
+        self.kind = kind
+        self.sessions = [make() for _ in range(n)]
+        self.inbox: list[asyncio.Queue[tuple[str, list[float] | None]]] = [asyncio.Queue() for _ in range(n)]
+        self.ready = [asyncio.Event() for _ in range(n)]
+        self.done: list[asyncio.Event] = [asyncio.Event() for _ in range(n)]
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def _life(self, index: int, cells: _Cells) -> None:
+        session = self.sessions[index]
         await session.open()
         try:
             _check_one(await session.cell(TRIVIAL))
             session.snapshot()
-            if index == 0:
-                await cells(session, single)  # the baseline: this session alone
-                alone_done.set()
-            ready[index].set()
-            await go.wait()
-            await cells(session, per_session[index])
-            done[index].set()
-            await stop.wait()
+            self.ready[index].set()
+            while True:
+                command, out = await self.inbox[index].get()
+                if command == "close":
+                    break
+                assert out is not None
+                await cells(session, out)
+                self.done[index].set()
         finally:
             await session.close()
 
-    async with asyncio.TaskGroup() as tg:
-        tg.create_task(lifecycle(0, sessions[0]))
-        await alone_done.wait()
+    async def open(self, tg: asyncio.TaskGroup, indices: range, cells: _Cells) -> float:
         started = time.perf_counter()
-        for index in range(1, n):
-            tg.create_task(lifecycle(index, sessions[index]))
-        for event in ready:
-            await event.wait()
-        opened = time.perf_counter() - started
-        idle = await idle_probe(bench.plan.idle_window)
+        for index in indices:
+            self.tasks.append(tg.create_task(self._life(index, cells)))
+        for index in indices:
+            await self.ready[index].wait()
+        return time.perf_counter() - started
+
+    async def run(self, indices: range) -> tuple[list[float], float]:
+        """M cells in each of these sessions at once: the latencies and the wall time."""
+        outs: list[list[float]] = [[] for _ in indices]
         started = time.perf_counter()
-        go.set()
-        for event in done:
-            await event.wait()
-        wall = time.perf_counter() - started
-        closing = time.perf_counter()
-        stop.set()
-    closed_all = time.perf_counter() - closing
-    return {
-        "single_ms": to_ms(single),
-        "concurrent_ms": to_ms([v for values in per_session for v in values]),
-        "wall_s": wall,
-        "open_others_s": opened,
-        "idle": idle,
-        "close_all_s": closed_all,
-    }
+        for index, out in zip(indices, outs, strict=True):
+            self.done[index].clear()
+            self.inbox[index].put_nowait(("cells", out))
+        for index in indices:
+            await self.done[index].wait()
+        return [v for out in outs for v in out], time.perf_counter() - started
+
+    async def close(self) -> float:
+        started = time.perf_counter()
+        for queue in self.inbox:
+            queue.put_nowait(("close", None))
+        await asyncio.gather(*self.tasks)
+        return time.perf_counter() - started
 
 
 async def idle_probe(window: float) -> dict[str, float]:
@@ -1056,23 +1099,14 @@ async def idle_probe(window: float) -> dict[str, float]:
     }
 
 
-def _merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pool the latencies of several rounds; add up walls; average the idle probes."""
-    return {
-        "single_ms": [v for r in runs for v in r["single_ms"]],
-        "concurrent_ms": [v for r in runs for v in r["concurrent_ms"]],
-        "wall_s": sum(r["wall_s"] for r in runs),
-        "open_others_s": statistics.fmean(r["open_others_s"] for r in runs),
-        "close_all_s": statistics.fmean(r["close_all_s"] for r in runs),
-        "idle": {key: statistics.fmean(r["idle"][key] for r in runs) for key in runs[0]["idle"]},
-        "rounds": [{k: v for k, v in r.items() if not k.endswith("_ms")} for r in runs],
-    }
-
-
 async def phase_concurrency(bench: Bench) -> None:
-    """N sessions each running M trivial cells at once, against one session alone."""
+    """N sessions each running M trivial cells at once, against one session alone.
+
+    Both clients' N sessions are open at the same time (idle between rounds) and the rounds
+    alternate raw, bridge, bridge, raw, ...: the two kinds meet the same machine load, minutes
+    apart at most, instead of each in its own stretch of a shared, loaded machine."""
     n, m = bench.plan.sessions, bench.plan.cells
-    details: dict[str, Any] = {"sessions": n, "cells_per_session": m}
+    details: dict[str, Any] = {"sessions": n, "cells_per_session": m, "rounds": bench.plan.rounds}
 
     async def cells(session: Session, out: list[float]) -> None:
         for _ in range(m):
@@ -1081,15 +1115,43 @@ async def phase_concurrency(bench: Bench) -> None:
             out.append(time.perf_counter() - started)
             _check_one(text)
 
-    runs: dict[str, list[dict[str, Any]]] = {"raw": [], "bridge": []}
-    for round_ in range(bench.plan.rounds):
-        for kind in ("raw", "bridge") if round_ % 2 == 0 else ("bridge", "raw"):
-            runs[kind].append(await _concurrent(bench, kind, cells))
-            bench.log(f"  concurrency round {round_ + 1}/{bench.plan.rounds}: {kind} done")
-    results = {kind: _merge_runs(r) for kind, r in runs.items()}
+    pools = {kind: _Pool(bench, kind, n) for kind in ("raw", "bridge")}
+    results: dict[str, dict[str, Any]] = {
+        kind: {"single_ms": [], "concurrent_ms": [], "wall_s": 0.0, "round_walls_s": []} for kind in pools
+    }
+    first, others = range(1), range(1, n)
+    async with asyncio.TaskGroup() as tg:
+        for pool in pools.values():
+            await pool.open(tg, first, cells)
+        for round_ in range(bench.plan.rounds):  # the baseline: one session alone
+            for kind in ("raw", "bridge") if round_ % 2 == 0 else ("bridge", "raw"):
+                single, _ = await pools[kind].run(first)
+                results[kind]["single_ms"].extend(to_ms(single))
+        idle_before = await idle_probe(bench.plan.idle_window)
+        for kind in ("raw", "bridge"):
+            results[kind]["open_others_s"] = await pools[kind].open(tg, others, cells)
+            # The idle probe with this kind's N sessions open (and the other kind's one or N): what
+            # this kind's sessions add to the process's idle CPU is the difference.
+            results[kind]["idle"] = await idle_probe(bench.plan.idle_window)
+        everyone = range(n)
+        for round_ in range(bench.plan.rounds):
+            for kind in ("raw", "bridge") if round_ % 2 == 0 else ("bridge", "raw"):
+                latencies, wall = await pools[kind].run(everyone)
+                results[kind]["concurrent_ms"].extend(to_ms(latencies))
+                results[kind]["wall_s"] += wall
+                results[kind]["round_walls_s"].append(round(wall, 3))
+                bench.log(f"  concurrency round {round_ + 1}/{bench.plan.rounds}: {kind} done")
+        for kind in ("raw", "bridge"):
+            results[kind]["close_all_s"] = await pools[kind].close()
+    raw_idle, bridge_idle = results["raw"]["idle"], results["bridge"]["idle"]
+    raw_idle["cpu_ms_per_s"] = max(0.0, raw_idle["cpu_ms_per_s"] - idle_before["cpu_ms_per_s"])
+    bridge_idle["cpu_ms_per_s"] = max(
+        0.0, bridge_idle["cpu_ms_per_s"] - raw_idle["cpu_ms_per_s"] - idle_before["cpu_ms_per_s"]
+    )
     for kind, r in results.items():
         bench.sample("concurrent_single_ms", kind, r["single_ms"])
         bench.sample("concurrent_many_ms", kind, r["concurrent_ms"])
+        r["rounds"] = [{"wall_s": w} for w in r["round_walls_s"]]
     raw, bridge = results["raw"], results["bridge"]
     calls = n * m * bench.plan.rounds
 
@@ -1158,7 +1220,8 @@ async def phase_concurrency(bench: Bench) -> None:
         "ms CPU/s",
         raw["idle"]["cpu_ms_per_s"] / n,
         bridge["idle"]["cpu_ms_per_s"] / n,
-        "time.process_time() of the benchmark process over the idle window, divided by N",
+        "time.process_time() of the benchmark process over the idle window once this kind's N sessions "
+        "opened, less the window before (both kinds' sessions stay open), divided by N",
     )
     bench.record(
         "idle_loop_lag_max_ms",
@@ -1298,9 +1361,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ray", action="store_true", help="run the Ray section (scripts/bench_ray.py) instead; needs the [ray] extra"
     )
+    parser.add_argument(
+        "--phases",
+        metavar="LIST",
+        help=f"run only these phases, comma-separated, in the usual order ({', '.join(PHASE_NAMES)}); "
+        "without the cold phase one bridge session is opened first to take the serve arguments",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=N",
+        help=f"override one repetition count of the plan, e.g. --set sessions=16 (fields: {', '.join(PLAN_FIELDS)})",
+    )
+    parser.add_argument(
+        "--raw-host-path",
+        action="store_true",
+        help="give the raw client the host's PATH (its default launch: R is discovered where installed) "
+        "instead of the same PATH as the bridge's server (which hides R from a session that does not ask for it)",
+    )
     parser.add_argument("--child", choices=("raw", "bridge"), help=argparse.SUPPRESS)
     parser.add_argument("--child-setup", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.phases is not None:
+        args.phases = [name.strip() for name in args.phases.split(",") if name.strip()]
+        unknown = sorted(set(args.phases) - set(PHASE_NAMES))
+        if unknown:
+            parser.error(f"--phases: unknown {', '.join(unknown)} (known: {', '.join(PHASE_NAMES)})")
+    overrides: dict[str, float] = {}
+    for item in args.set:
+        field_name, _, value = item.partition("=")
+        if field_name not in PLAN_FIELDS:
+            parser.error(f"--set {item!r}: unknown field (known: {', '.join(PLAN_FIELDS)})")
+        try:
+            overrides[field_name] = float(value) if field_name == "idle_window" else int(value)
+        except ValueError:
+            parser.error(f"--set {item!r}: not a number")
+    args.overrides = overrides
     if not args.binary.exists():
         parser.error(f"--binary {str(args.binary)!r} does not exist")
     args.binary = args.binary.absolute()
@@ -1340,13 +1437,37 @@ def versions() -> dict[str, str]:
     return out
 
 
+async def phase_setup(bench: Bench) -> None:
+    """Without the cold phase: one bridge session, only to take its serve arguments."""
+    session = bench.bridge()
+    await session.open()
+    try:
+        _check_one(await session.cell(TRIVIAL))
+        session.snapshot()
+        take_serve_args(bench, session)
+    finally:
+        await session.close()
+
+
+PHASES: dict[str, tuple[str, Callable[[Bench], Awaitable[None]]]] = {
+    "cold": ("cold start (+ idle close)", phase_cold_start),
+    "fresh": ("cold start in a fresh interpreter", phase_fresh),
+    "warm": ("warm round trip", phase_warm),
+    "lag": ("completion lag", phase_completion_lag),
+    "close": ("interrupt, busy close, cancel", phase_close_cancel),
+    "memory": ("memory and processes", phase_memory),
+    "concurrency": ("concurrency", phase_concurrency),
+}
+
+
 async def run(args: argparse.Namespace) -> int:
-    plan = QUICK if args.quick else FULL
+    plan = dataclasses.replace(QUICK if args.quick else FULL, **getattr(args, "overrides", {}))
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
     bench = Bench(args.binary, plan, args.quick, log)
+    bench.raw_host_path = bool(getattr(args, "raw_host_path", False))
     watchdog = start_watchdog(bench, HARD_LIMIT["quick" if args.quick else "full"])
     load_at_start = list(os.getloadavg())
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -1356,15 +1477,10 @@ async def run(args: argparse.Namespace) -> int:
     saved_tempdir = tempfile.tempdir
     tempfile.tempdir = str(bench.scratch.bridge_tmp)
     started = time.perf_counter()
-    phases: list[tuple[str, Callable[[Bench], Awaitable[None]]]] = [
-        ("cold start (+ idle close)", phase_cold_start),
-        ("cold start in a fresh interpreter", phase_fresh),
-        ("warm round trip", phase_warm),
-        ("completion lag", phase_completion_lag),
-        ("interrupt, busy close, cancel", phase_close_cancel),
-        ("memory and processes", phase_memory),
-        ("concurrency", phase_concurrency),
-    ]
+    selected = getattr(args, "phases", None) or list(PHASES)
+    phases = [PHASES[name] for name in PHASES if name in selected]
+    if "cold" not in selected:
+        phases.insert(0, ("setup (serve arguments)", phase_setup))
     timings: dict[str, float] = {}
     try:
         for name, phase in phases:
@@ -1420,7 +1536,19 @@ async def run(args: argparse.Namespace) -> int:
         print(f"target {key}: {t['description']}: {value} -> {state}")
     parity = report["parity"]
     if parity:
-        print(f"serve args (both clients): {' '.join(parity['serve_args'])}")
+        hidden = parity["commands_hidden_from_both"]
+        named = ", ".join(name for name in ("R", "Rscript") if name in hidden) or "neither R nor Rscript"
+        print(f"raw client's PATH: {parity['raw_path']} ({len(hidden)} host commands left out, {named} among them)")
+        shown = [a if len(a) <= 100 else f"{a[:60]}...({len(a)} chars; see --json)" for a in parity["serve_args"]]
+        print(f"serve args (both clients): {' '.join(shown)}")
+    meta = report["meta"]
+    print(
+        "load average (1/5/15 min) at start "
+        + "/".join(f"{v:.2f}" for v in meta["load_average_at_start"])
+        + ", at end "
+        + "/".join(f"{v:.2f}" for v in meta["load_average_at_end"])
+        + f" ({os.cpu_count()} CPUs)"
+    )
     print(f"cleanup: {'ok' if clean['ok'] else 'FAILED ' + json.dumps(clean)}; took {total:.1f}s")
     for error in bench.errors:
         print(f"error: {error}")

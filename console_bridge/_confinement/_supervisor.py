@@ -19,11 +19,17 @@ owns the server's process tree exactly:
   closes the server's stdin (the recording is finalized), kills the rest of the
   tree and removes the session's private folders.
 
-The server's stdout and stderr are the supervisor's own (no copy in between); its
-stdin is a pipe the supervisor feeds from its own stdin, so the supervisor can
-close it: on EOF from the host, on ``SIGTERM`` (a clean close requested from
-outside, e.g. ``console-bridge kill``) and on the host's death. ``SIGUSR1`` kills
-the tree at once. When the server has exited, every descendant left is killed,
+The server's stdout and stderr are the supervisor's own (no copy in between). Its
+stdin is the supervisor's own too when that is a socket (the host passes one end of
+a ``socketpair`` and writes to the other, ``open_stdio``): the host's requests go
+straight to the server, and the supervisor is not woken per message (it watches
+the socket only for the host's hang-up, ``EPOLLRDHUP``, which data never raises).
+It can still close the server's stdin: ``shutdown(SHUT_RD)`` on that socket ends
+every reader's input after what was already sent, exactly like the host's own
+EOF. Any other stdin (a pipe) is relayed through a pipe of its own, as before. It
+closes the server's stdin on EOF from the host, on ``SIGTERM`` (a clean close
+requested from outside, e.g. ``console-bridge kill``) and on the host's death.
+``SIGUSR1`` kills the tree at once. When the server has exited, every descendant left is killed,
 the private folders and cgroups are removed, and the supervisor exits with the
 server's status.
 
@@ -40,6 +46,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import sys
 import time
 
@@ -52,6 +59,7 @@ if TYPE_CHECKING:
 SETUP_FAILED = 71
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_SHUT_RD = 0
 _RLIMITS = {
     "as": resource.RLIMIT_AS,
     "fsize": resource.RLIMIT_FSIZE,
@@ -73,6 +81,13 @@ def _check(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
         _fail(f"{what} failed: {os.strerror(code)} (errno {code})")
+
+
+def _is_socket(fd: int) -> bool:
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def _descendants() -> list[int]:
@@ -106,14 +121,18 @@ class Supervisor:
         self.nested = [str(path) for path in config.get("nested_cgroups", [])]
         self.server_pid = 0
         self.server_status: int | None = None
-        self.stdin_w: int | None = None
+        self.stdin_w: int | None = None  # relayed stdin: the write end of the server's pipe
+        # Direct stdin: the server reads the host's socket (fd 0) itself; True until it is shut.
+        self.direct = _is_socket(0)
+        self.direct_open = self.direct
+        self.libc: ctypes.CDLL | None = None
         self.closing_at: float | None = None
         self.killing = False
         self.parent = os.getppid()
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        libc = _libc()
+        libc = self.libc = _libc()
         parent = self.parent = os.getppid()
         _check(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
         _check(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
@@ -161,7 +180,9 @@ class Supervisor:
             _fail(f"cannot split the session's systemd scope {base} into host and cells groups: {exc}")
 
     def start_server(self) -> None:
-        read_end, self.stdin_w = os.pipe()
+        read_end: int | None = None
+        if not self.direct:
+            read_end, self.stdin_w = os.pipe()
         cwd = self.config.get("cwd")
         pid = os.fork()
         if pid == 0:  # the server
@@ -184,9 +205,10 @@ class Supervisor:
                 except (OSError, ValueError) as exc:
                     _fail(f"cannot set RLIMIT_{name.upper()}={value}: {exc}")
             try:
-                os.dup2(read_end, 0)
-                os.close(read_end)
-                os.close(self.stdin_w)
+                if read_end is not None and self.stdin_w is not None:
+                    os.dup2(read_end, 0)
+                    os.close(read_end)
+                    os.close(self.stdin_w)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGUSR1, signal.SIG_DFL)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -197,7 +219,8 @@ class Supervisor:
             except OSError as exc:
                 os.write(2, f"console-bridge supervisor: cannot start {self.argv[0]}: {exc.strerror}\n".encode())
             os._exit(127)
-        os.close(read_end)
+        if read_end is not None:
+            os.close(read_end)
         self.server_pid = pid
 
     def enter_view(self, view: dict[str, Any]) -> None:
@@ -212,7 +235,19 @@ class Supervisor:
             _fail(f"building the session's view failed: {exc}")
 
     # ------------------------------------------------------------------- run
+    @property
+    def stdin_open(self) -> bool:
+        return self.direct_open or self.stdin_w is not None
+
     def close_stdin(self) -> None:
+        if self.direct_open:
+            # The socket itself, not this descriptor: every reader of it (the server) gets EOF once
+            # it has read what the host sent, and the host's further writes fail (EPIPE).
+            self.direct_open = False
+            if self.libc is not None:
+                self.libc.shutdown(0, _SHUT_RD)
+            if self.closing_at is None:
+                self.closing_at = time.monotonic()
         if self.stdin_w is not None:
             try:
                 os.close(self.stdin_w)
@@ -264,6 +299,12 @@ class Supervisor:
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.setup()
         self.start_server()
+        # poll(2), not select(2): a waiter asking only for POLLRDHUP is not even woken when data
+        # arrives (the kernel filters wake-ups by the events asked for), so with a direct stdin
+        # only the host's hang-up (or our own shutdown) wakes the supervisor, never a request.
+        poller = select.poll()
+        poller.register(wake_r, select.POLLIN)
+        poller.register(0, select.POLLRDHUP if self.direct else select.POLLIN)
         host_in: int | None = 0
         while self.server_status is None:
             timeout = None
@@ -272,11 +313,10 @@ class Supervisor:
                 if timeout == 0.0:
                     self.kill_all()
                     continue
-            readers = [wake_r] + ([host_in] if host_in is not None else [])
             try:
-                ready, _, _ = select.select(readers, [], [], timeout)
+                ready = {fd for fd, _ in poller.poll(None if timeout is None else timeout * 1000)}
             except InterruptedError:
-                ready = []
+                ready = set()
             if wake_r in ready:
                 try:
                     os.read(wake_r, 512)
@@ -287,16 +327,22 @@ class Supervisor:
                 if signum == signal.SIGUSR1:
                     self.kill_all()
                 elif signum != signal.SIGCHLD:  # TERM, INT, HUP, the parent's death: close cleanly
-                    if signum == signal.SIGTERM and os.getppid() == self.parent and self.stdin_w is not None:
+                    if signum == signal.SIGTERM and os.getppid() == self.parent and self.stdin_open:
                         os.write(2, b"console-bridge supervisor: asked to close from outside (console-bridge kill)\n")
                     self.close_stdin()
             self.reap()
             if host_in is not None and host_in in ready:
+                if self.direct:  # the host closed its end (or we shut the socket): the server sees EOF
+                    poller.unregister(host_in)
+                    host_in = None
+                    self.close_stdin()
+                    continue
                 try:
                     data = os.read(host_in, 1 << 16)
                 except OSError:
                     data = b""
                 if not data:
+                    poller.unregister(host_in)
                     host_in = None
                     self.close_stdin()
                 elif self.stdin_w is not None:

@@ -17,16 +17,16 @@ import json
 import os
 import re
 import stat
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = ["CallEvents", "EventTail", "events_file"]
 
-_ENDED = (b'{"event":"cell_ended"', b'{"event":"cell_output"')
-_STARTED = b'{"event":"cell_started"'
-_RESULT = b'{"event":"tool_result"'
+_NL_ENDED = (b'\n{"event":"cell_ended"', b'\n{"event":"cell_output"')
+_NL_STARTED = b'\n{"event":"cell_started"'
+_NL_RESULT = b'\n{"event":"tool_result"'
+_CONTENT = b'"result":{"content":[{"type":"text","text":"'
 _MAX_READ = 8 * 1024 * 1024
 _COMPARE = 512
 _AT = re.compile(rb'"at":"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z"')
@@ -69,13 +69,15 @@ class EventTail:
         self._partial = b""
         self._ended = False
         self._started_at: float | None = None
-        self._lines: deque[bytes] = deque()
+        # Complete lines read but not yet consumed, each preceded by b"\n" (so a line start is
+        # found with one bytes.find; the events a call waits for are few lines among many).
+        self._buffer = b"\n"
         self._fd: int | None = None
 
     def attach(self, path: Path) -> None:
         if self.path != path:
             self.close()
-            self.path, self._offset, self._partial, self._ended, self._lines = path, 0, b"", False, deque()
+            self.path, self._offset, self._partial, self._ended, self._buffer = path, 0, b"", False, b"\n"
 
     def close(self) -> None:
         """Close the kept file (the tail can be attached again)."""
@@ -84,36 +86,47 @@ class EventTail:
                 os.close(self._fd)
             self._fd = None
 
-    def _read(self) -> list[bytes]:
+    def _read(self) -> bytes:
         """The complete lines appended since the last read. The file stays open (the server only
         appends to it, and cells cannot write the recording): a size check and a pread per call."""
         if self.path is None:
-            return []
+            return b""
         if self._fd is None:
             try:
                 fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:
-                return []
+                return b""
             try:
                 regular = stat.S_ISREG(os.fstat(fd).st_mode)
             except OSError:
                 regular = False
             if not regular:
                 os.close(fd)
-                return []
+                return b""
             self._fd = fd
         try:
             size = os.fstat(self._fd).st_size
             if size <= self._offset:
-                return []
+                return b""
             data = os.pread(self._fd, min(size - self._offset, _MAX_READ), self._offset)
         except OSError:
             self.close()
-            return []
+            return b""
         self._offset += len(data)
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        return lines
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._partial += data
+            return b""
+        complete, self._partial = self._partial + data[: end + 1], data[end + 1 :]
+        return complete
+
+    def _note(self, buffer: bytes, start: int, end: int) -> None:
+        """Note the cell ends and starts among the lines of ``buffer[start:end]``."""
+        if buffer.find(_NL_ENDED[0], start, end) >= 0 or buffer.find(_NL_ENDED[1], start, end) >= 0:
+            self._ended = True
+        at = buffer.rfind(_NL_STARTED, start, end)
+        if at >= 0:
+            self._started_at = _timestamp(buffer[at + 1 : buffer.find(b"\n", at + 1)])
 
     def next_call(self, text: str) -> CallEvents | None:
         """The events up to the ``tool_result`` whose text is ``text``; None when not (yet) recorded.
@@ -121,23 +134,35 @@ class EventTail:
         Results of other calls met on the way (an abandoned poll) close their own window.
         """
         want = text[:_COMPARE]
-        self._lines.extend(self._read())
-        while self._lines:
-            line = self._lines.popleft()
-            if line.startswith(_ENDED):
-                self._ended = True
-            elif line.startswith(_STARTED):
-                self._started_at = _timestamp(line)
-            elif line.startswith(_RESULT):
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                ended, self._ended = self._ended, False
-                started, self._started_at = self._started_at, None
-                if isinstance(entry, dict) and _result_text(entry)[:_COMPARE] == want:
-                    return CallEvents(ended=ended, started_at=started)
+        buffer = self._buffer + self._read()
+        position = 0  # at the b"\n" before the next unconsumed line
+        while (hit := buffer.find(_NL_RESULT, position)) >= 0:
+            self._note(buffer, position, hit)
+            line_end = buffer.find(b"\n", hit + 1)  # every line in the buffer is complete
+            line = buffer[hit + 1 : line_end]
+            position = line_end
+            ended, self._ended = self._ended, False
+            started, self._started_at = self._started_at, None
+            if _same_text(line, want, whole=len(text) <= _COMPARE):
+                self._buffer = buffer[position:]
+                return CallEvents(ended=ended, started_at=started)
+        self._note(buffer, position, len(buffer))
+        self._buffer = b"\n"
         return None
+
+
+def _same_text(line: bytes, want: str, *, whole: bool) -> bool:
+    """Whether the ``tool_result`` event ``line`` carries a result whose text starts with ``want``
+    (is ``want``, when ``whole``). The server writes the result as ``"content":[{"type":"text",
+    "text":"..."``, escaped as JSON: that exact form is looked for first; anything else is parsed."""
+    encoded = json.dumps(want, ensure_ascii=False)[1:-1].encode("utf-8", "surrogatepass")
+    if _CONTENT + encoded + (b'"}]' if whole else b"") in line:
+        return True
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and _result_text(entry)[:_COMPARE] == want
 
 
 def _timestamp(line: bytes) -> float | None:

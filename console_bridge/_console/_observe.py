@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import anyio
 
@@ -33,6 +34,14 @@ from console_bridge._results import CellFailure, CellResult, Image, Output, Tool
 __all__ = ["CellObserver", "cell_from", "for_model", "merge", "reword_restart", "split_chunk"]
 
 _OMITTED = "[output omitted: "
+#: The last part of a rich result's id when its bundle is its text/plain alone (the startup code's
+#: emit): the kind, and "n" when the frame added a newline to the text.
+_PLAIN: dict[str, tuple[Literal["display", "result"], bool]] = {
+    "r": ("result", False),
+    "rn": ("result", True),
+    "d": ("display", False),
+    "dn": ("display", True),
+}
 
 
 def cell_from(
@@ -313,15 +322,22 @@ class CellObserver:
         read is its text/plain alone)."""
         if not ids:
             return []
-        if any(ident not in self._pending_outputs for ident in ids) and self.outcomes is not None:
+        texts = [part for stream, part in segments if stream == "display"]
+        wanted = [ident for ident in ids if _PLAIN.get(ident.rpartition("-")[2]) is None]
+        if any(ident not in self._pending_outputs for ident in wanted) and self.outcomes is not None:
             self._outputs_offset, found = self.outcomes.read_outputs(self._outputs_offset)
             self._pending_outputs.update(found)
-        texts = [part for stream, part in segments if stream == "display"]
         outputs: list[Output] = []
         for index, ident in enumerate(ids):
-            output = self._pending_outputs.pop(ident, None)
+            plain = texts[index] if index < len(texts) else ""
+            only_text = _PLAIN.get(ident.rpartition("-")[2])
+            if only_text is not None:  # a bundle of its text alone, shown in the frame (no record)
+                kind, added_newline = only_text
+                text = plain[:-1] if added_newline and plain.endswith("\n") else plain
+                output: Output | None = Output(kind, {"text/plain": text})
+            else:
+                output = self._pending_outputs.pop(ident, None)
             if output is None:
-                plain = texts[index] if index < len(texts) else ""
                 output = Output("display", {"text/plain": plain})
             outputs.append(output)
         if len(self._pending_outputs) > 1000:  # shown in a response that was cut: never asked for

@@ -196,20 +196,25 @@ def _console_bridge_displays(path):
     def emit(kind, data, table=None):
         ident = f"{token}-{next(counter)}"
         data = {mime: item for mime, item in data.items() if len(str(item)) <= limit or mime == "text/plain"}
-        record = {"id": ident, "kind": kind, "data": data}
-        if table is not None:
-            record["table"] = table
-        line = json.dumps(record, default=str) + "\n"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            try:
-                os.write(fd, line.encode("utf-8", "replace"))
-            finally:
-                os.close(fd)
-        except OSError:
-            ident = ""
         plain = str(data.get("text/plain", ""))
-        sys.stdout.write("\ufdd2" + ident + "\ufdd3" + plain + ("" if plain.endswith("\n") else "\n") + "\ufdd4")
+        newline = "" if plain.endswith("\n") else "\n"
+        if table is None and len(data) == 1 and isinstance(data.get("text/plain"), str):
+            # Nothing but its text (e.g. the value 1): the frame says so, no record is written or read.
+            ident += "-" + kind[0] + ("n" if newline else "")
+        else:
+            record = {"id": ident, "kind": kind, "data": data}
+            if table is not None:
+                record["table"] = table
+            line = json.dumps(record, default=str) + "\n"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+                try:
+                    os.write(fd, line.encode("utf-8", "replace"))
+                finally:
+                    os.close(fd)
+            except OSError:
+                ident = ""
+        sys.stdout.write("\ufdd2" + ident + "\ufdd3" + plain + newline + "\ufdd4")
 
     def displayhook(value):
         if value is None:

@@ -746,7 +746,7 @@ class AsyncConsole(NotCopyable):
             language, code, chunks = self._cell
             self._cell = None
             recording = self.recording
-            whole = merge([*chunks, cell], sum(chunk.elapsed for chunk in [*chunks, cell]))
+            whole = merge([*chunks, cell], sum(chunk.elapsed for chunk in [*chunks, cell])) if chunks else cell
             self._cells.write(recording.path if recording is not None else None, language, code, whole)
         return cell
 

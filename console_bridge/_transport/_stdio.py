@@ -6,11 +6,13 @@ leaves no survivor. Nothing is polled while the child runs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -63,6 +65,57 @@ class StderrRing:
         return self._buffer.decode("utf-8", errors="replace")
 
 
+class StdinSocket:
+    """The host's end of the server's stdin: one end of a ``socketpair`` whose other end the
+    supervisor hands to the server as it is, so requests reach the server without a relay (see
+    ``_confinement/_supervisor.py``). One-way: its read side is shut, so the server cannot write
+    into it. Closing it is the server's EOF."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self._sock: socket.socket | None = sock
+        self._waiter: asyncio.Future[None] | None = None
+
+    async def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            sock = self._sock
+            if sock is None:
+                raise anyio.ClosedResourceError
+            try:
+                view = view[sock.send(view, socket.MSG_NOSIGNAL) :]
+            except BlockingIOError:  # the server is not reading: wait until the socket drains
+                loop = asyncio.get_running_loop()
+                waiter = self._waiter = loop.create_future()
+                loop.add_writer(sock.fileno(), _wake, waiter)
+                try:
+                    await waiter
+                finally:
+                    self._waiter = None
+                    if self._sock is sock:
+                        loop.remove_writer(sock.fileno())
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:  # a send is waiting: stop watching the descriptor before it is closed
+            asyncio.get_running_loop().remove_writer(sock.fileno())
+            if not waiter.done():
+                waiter.set_exception(anyio.ClosedResourceError())
+        # The socket's write side, not only this descriptor: a copy in a process forked from the
+        # host does not keep the server's input open.
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+        sock.close()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclass
 class StdioChild:
     """A running child and the streams the MCP session reads and writes."""
@@ -72,6 +125,7 @@ class StdioChild:
     stderr: StderrRing
     read_stream: MemoryObjectReceiveStream[SessionMessage | Exception]
     write_stream: MemoryObjectSendStream[SessionMessage]
+    stdin: StdinSocket
 
     _server_pid: int | None = None
 
@@ -161,20 +215,31 @@ async def open_stdio(
     )
     # systemd-run finds the user manager through these; the supervisor drops them before the server starts.
     scope_env = confinement.scope_env if confinement is not None else {}
-    process = await anyio.open_process(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env) | scope_env,
-        cwd=cwd,
-        start_new_session=True,
-    )
+    # The server's stdin is a socket the supervisor passes on as it is (no copy, no wake-up of
+    # the supervisor per request); what the server sends still comes back on its stdout pipe.
+    host_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        host_end.shutdown(socket.SHUT_RD)
+        process = await anyio.open_process(
+            argv,
+            stdin=server_end.fileno(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) | scope_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except BaseException:
+        host_end.close()
+        raise
+    finally:
+        server_end.close()
+    stdin = StdinSocket(host_end)
     tree = ProcessTree(process.pid)
     ring = StderrRing(stderr_limit)
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](16)
-    child = StdioChild(process, tree, ring, read_stream, write_stream)
+    child = StdioChild(process, tree, ring, read_stream, write_stream, stdin)
 
     async def read_stdout() -> None:
         assert process.stdout is not None
@@ -204,15 +269,13 @@ async def open_stdio(
                 ring.feed(chunk)
 
     async def write_stdin() -> None:
-        assert process.stdin is not None
         async with from_session:
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 async for message in from_session:
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(data.encode("utf-8") + b"\n")
+                    await stdin.send(data.encode("utf-8") + b"\n")
             # The session closed its write side: close the child's stdin (clean shutdown).
-            with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await process.stdin.aclose()
+            stdin.close()
 
     try:
         async with anyio.create_task_group() as tg:
@@ -232,7 +295,8 @@ async def open_stdio(
                 if not await _wait_exit(process, shutdown_grace):
                     tree.kill_now()
                     await tree.wait_gone(shutdown_grace)
-            for stream in (process.stdin, process.stdout, process.stderr):
+            stdin.close()
+            for stream in (process.stdout, process.stderr):
                 if stream is not None:
                     with contextlib.suppress(OSError, anyio.BrokenResourceError):
                         await stream.aclose()
@@ -250,9 +314,7 @@ async def _shutdown(child: StdioChild, grace: float) -> None:
     """Close stdin; the supervisor stops the server and every descendant, cleans up, exits."""
     process, tree = child.process, child.tree
     child.write_stream.close()
-    if process.stdin is not None:
-        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()
+    child.stdin.close()
     # The supervisor waits up to `grace` for the server, then kills the tree itself.
     if await _wait_exit(process, grace * 2 + 1.0):
         return

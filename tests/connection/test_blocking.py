@@ -43,7 +43,7 @@ def test_plain_blocking_use(blocking_conns: Any, watch: ProcessWatch) -> None:
         [read] = conn.capability_tools()
         assert read.name == "mcp_read_resource"
         page = conn.discover("tools")
-        assert [t["name"] for t in page.items] == ["env", "stderr", "sleep"]
+        assert [t["name"] for t in page.items] == ["env", "stderr", "sleep", "stdin"]
         with pytest.raises(NotAllowed):
             conn.call_tool("stderr", {"bytes": 1})
         pid = conn.pid

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,46 @@ async def test_works_when_sys_stderr_has_no_fileno(conns: Any, monkeypatch: pyte
     assert (await conn.call_tool("t", {})).text == "ok"
     assert fake.getvalue() == ""  # the child's stderr went to the ring, not to ours
     assert conn.status().stderr_tail
+
+
+# --------------------------------------------------------------- stdin
+
+
+def _switches(pid: int) -> int:
+    """Voluntary plus involuntary context switches of ``pid`` so far (every time it was woken)."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+
+
+async def test_requests_reach_the_server_without_waking_the_supervisor(conns: Any) -> None:
+    conn = conns(server_entry("probe.py"), tools=["env", "stdin"])
+    await conn.connect()
+    supervisor = conn.supervisor_pid
+    assert supervisor is not None and supervisor != conn.pid
+    # The server reads the host's socket itself, one-way: it cannot write back into it.
+    assert json.loads((await conn.call_tool("stdin", {})).text) == {"kind": "socket", "write": "EPIPE"}
+    before = _switches(supervisor)
+    for _ in range(30):
+        await child_report(conn)
+    # Relayed, every request woke the supervisor at least once (30+); now nothing does.
+    assert _switches(supervisor) - before <= 3
+
+
+async def test_closing_from_outside_still_ends_the_servers_input(conns: Any, watch: ProcessWatch) -> None:
+    """SIGTERM to the supervisor (``console-bridge kill``) shuts the server's stdin: it exits at EOF."""
+    conn = conns(server_entry("probe.py"), tools=["env"])
+    await conn.connect()
+    await child_report(conn)
+    supervisor, server = conn.supervisor_pid, conn.pid
+    assert supervisor is not None and server is not None
+    os.kill(supervisor, signal.SIGTERM)
+    with anyio.fail_after(10):
+        while pid_alive(supervisor):
+            await anyio.sleep(0.02)
+    assert not pid_alive(server)
+    assert "asked to close from outside" in conn.status().stderr_tail
+    with pytest.raises(ConnectionClosed):
+        await child_report(conn)
 
 
 # --------------------------------------------------------------- process tree

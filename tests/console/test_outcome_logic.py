@@ -10,7 +10,7 @@ import pytest
 
 from console_bridge import CellError, CellFailure, CellResult
 from console_bridge._console._cells import split_response
-from console_bridge._console._events import EventTail
+from console_bridge._console._events import CallEvents, EventTail
 from console_bridge._console._outcome import (
     OutcomeLog,
     limit_failure,
@@ -117,6 +117,41 @@ def test_event_tail_pairs_results_with_cell_ends(tmp_path: Path) -> None:
         handle.write(line("cell_output") + result("b\n"))
     second = tail.next_call("b\n")
     assert second is not None and second.ended and second.started_at is None
+
+
+def test_event_tail_matches_results_exactly_whatever_their_text(tmp_path: Path) -> None:
+    """The result's text is found in the event line as the server escapes it, else by parsing the
+    line: either way only the exact text (its first 512 characters) pairs with the call."""
+    events = tmp_path / "events.jsonl"
+
+    def result(*texts: str) -> str:
+        content = [{"type": "text", "text": text} for text in texts]
+        entry = {"event": "tool_result", "result": {"content": content, "isError": False}}
+        return json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+    ended = json.dumps({"event": "cell_ended"}, separators=(",", ":")) + "\n"
+    odd = 'q"uote \\ back\ttab \x01 \u00e9 \u2028 \ufdd2id\ufdd3'
+    long = "x" * 600 + "tail"
+    tail = EventTail()
+    tail.attach(events)
+    whole = result("1\n") + ended + result(odd) + result("two", "blocks") + ended + result(long) + result("1")
+    with open(events, "w", encoding="utf-8") as handle:
+        handle.write(whole[:10])  # a partial line is not read as an event
+    assert tail.next_call("1\n") is None
+    with open(events, "a", encoding="utf-8") as handle:
+        handle.write(whole[10:])
+    first = tail.next_call("1\n")
+    assert first is not None and not first.ended
+    assert tail.next_call(odd) == CallEvents(ended=True)  # the cell end between the two results
+    both = tail.next_call("two\nblocks")  # two text blocks: the parsed line, joined
+    assert both is not None and not both.ended
+    assert tail.next_call(long) is not None and tail.next_call("1") is not None
+    assert tail.next_call("1") is None  # consumed: each result pairs once
+    with open(events, "a", encoding="utf-8") as handle:
+        handle.write(ended + result("1\n") + result("1"))
+    # "1" is not "1\n": the abandoned poll's result is passed over, its cell end with it
+    last = tail.next_call("1")
+    assert last is not None and not last.ended
 
 
 def test_failures_make_is_error_and_raise_for_error() -> None:

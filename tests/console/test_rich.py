@@ -49,6 +49,15 @@ async def test_outputs_are_mime_bundles_in_order(mcp_console, workspace, recordi
         assert model.text.strip().startswith("a  b") and "<table" not in model.text
         plain = await console.run(python="40 + 2")
         assert plain.text == "42\n" and [(o.kind, o.data) for o in plain.outputs] == [("result", {"text/plain": "42"})]
+        # Bundles of text alone travel in the frame (no record): kind and text exactly as a record has them
+        code = "class A:\n    def __repr__(self):\n        return 'two\\nlines\\n'\ndisplay(A())\ndisplay(7)\nA()"
+        texts = await console.run(python=code)
+        assert [(o.kind, o.data) for o in texts.outputs] == [
+            ("display", {"text/plain": "two\nlines\n"}),
+            ("display", {"text/plain": "7"}),
+            ("result", {"text/plain": "two\nlines\n"}),
+        ]
+        assert texts.text == "two\nlines\n7\ntwo\nlines\n"
 
 
 async def test_sql_result_is_a_table_and_a_bundle(mcp_console, workspace, recordings):

@@ -3,12 +3,16 @@
 Tools: `env` (JSON text {"cwd": ..., "env": {...}}: its working directory and full environment),
 `stderr` (writes `bytes` bytes of filler to stderr, then the line `END-OF-STDERR`, then answers "ok"),
 `sleep` (sleeps `seconds`, then answers "slept"; the loop is synchronous: nothing else is read meanwhile,
-not even stdin EOF, so a close during a sleep waits for the shutdown grace, then SIGTERM).
+not even stdin EOF, so a close during a sleep waits for the shutdown grace, then SIGTERM),
+`stdin` (JSON text {"kind": "socket"|"fifo"|..., "write": "ok" or the errno name}: what its stdin is, and
+what writing one byte into it does).
 Starts in milliseconds (no SDK import), unlike wellbehaved.py.
 """
 
+import errno
 import json
 import os
+import stat
 import sys
 import time
 from typing import ClassVar
@@ -37,6 +41,7 @@ class ProbeServer(RawServer):
         tool("env", "Report the working directory and environment.", hints=READ_ONLY),
         tool("stderr", "Write filler, then a marker line, to stderr.", BYTES_SCHEMA, hints=READ_ONLY),
         tool("sleep", "Sleep, then answer.", SECONDS_SCHEMA, hints=READ_ONLY),
+        tool("stdin", "Report what stdin is and whether it can be written.", hints=READ_ONLY),
     ]
 
     def call_tool(self, req_id: RequestId, params: JsonObj) -> None:
@@ -55,6 +60,16 @@ class ProbeServer(RawServer):
         elif name == "sleep":
             time.sleep(float((params.get("arguments") or {})["seconds"]))
             self.reply(req_id, text_result("slept"))
+        elif name == "stdin":
+            mode = os.fstat(0).st_mode
+            kinds = {stat.S_ISSOCK: "socket", stat.S_ISFIFO: "fifo", stat.S_ISCHR: "char", stat.S_ISREG: "file"}
+            kind = next((label for test, label in kinds.items() if test(mode)), "other")
+            try:
+                os.write(0, b"x")
+                wrote = "ok"
+            except OSError as exc:
+                wrote = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            self.reply(req_id, text_result(json.dumps({"kind": kind, "write": wrote})))
         else:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
 
