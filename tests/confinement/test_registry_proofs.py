@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,6 +131,10 @@ def test_a_real_supervisor_is_proven_and_only_then_signalled(state: Path) -> Non
     argv = supervisor_command(["/bin/cat"], cwd=None, grace=1.0, cleanup=[entry.path])
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
+        # (until the child has exec'd it still runs pytest's command line: not yet provable, rightly)
+        deadline = time.monotonic() + 30
+        while psutil.Process(proc.pid).cmdline()[1:3] != ["-I", "-S"] and time.monotonic() < deadline:
+            time.sleep(0.01)
         entry.supervisor_pid, entry.supervisor_started = proc.pid, psutil.Process(proc.pid).create_time()
         entry.save()
         assert verify(entry.path).state == "live"
