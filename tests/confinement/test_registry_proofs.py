@@ -12,8 +12,8 @@ import json
 import os
 import signal
 import subprocess
-import time
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
