@@ -1,0 +1,347 @@
+"""Starting an :class:`AsyncConsole`: the launch arguments, the worker's checks, the governed
+connection, the verification of the server and its sandbox, the confinement probe; and
+teardown (``close``, ``cancel``). ``AsyncConsole`` is defined in ``_session``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+
+from console_bridge._connection._async import AsyncMcpConnection
+from console_bridge._console._launch import check_project_config, check_project_overrides, worker_python
+from console_bridge._console._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
+from console_bridge._console._profiles import translate
+from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
+from console_bridge._console._session_state import LANGUAGES, SERVER, ConsoleState
+from console_bridge._console._usage import CellMeter, TreeMeter, WorkerMeter, group_meter
+from console_bridge._console._version import Binary, check_binary, resolve_command
+from console_bridge._console._worker_env import inspect_venv
+from console_bridge._errors import (
+    BridgeError,
+    CallTimeout,
+    ConnectionClosed,
+    DependenciesRefused,
+    LaunchRefused,
+    SandboxMismatch,
+    VerificationFailed,
+)
+from console_bridge._governance._policy import Policy
+from console_bridge._identity import check_owner
+from console_bridge._transport._stdio import base_environment
+
+__all__ = ["ConsoleStart"]
+
+
+class ConsoleStart(ConsoleState):
+    """Starting and stopping an :class:`AsyncConsole` (a layer of the class)."""
+
+    def _serve_args(self, binary: Binary, python: Path) -> tuple[list[str], SandboxPolicy]:
+        c_args, expected = translate(
+            self._profile, binary.version, self.workspace, self._roots, deny=self._confined.deny
+        )
+        argv = ["serve", "--no-global-config" if self.project_config else "--no-config"]
+        argv += ["-c", f"python={python}", *c_args, *self._extra_args]
+        langs = ", ".join(self.server_languages)
+        argv += ["-c", f"languages=[{langs}]"]
+        if "r" in self.languages:
+            argv += ["-c", "r.resolution=disabled", "-c", "r.packages=[]"]
+        if "python" in self.languages:
+            # One startup entry does both: the outcome hooks (see _outcome) and, for SQL, a
+            # DuckDB connection that Python owns (with R installed SQL would go to R's DuckDB).
+            sql = "sql" in self.server_languages
+            code = python_startup_code(self._nonce, sql=sql, offline=expected.network == "restricted")
+            argv += ["-c", "startup.language=python", "-c", f"startup.code={yaml_string(code)}"]
+        if self.dependencies == "deny":
+            argv += ["-c", "tool.parameters.requirements.enabled=false"]
+        for root in self._roots:
+            argv += ["--writable-root", str(root)]
+        return argv, expected
+
+    def _check_worker_env(self, python: Path) -> None:
+        """The worker's Python must have its embedding library (refused otherwise: mcp-console would
+        fail later with a less helpful message); SQL needs duckdb there, else SQL is withheld with
+        one notice."""
+        if "python" not in self.languages:
+            return
+        needed = ("duckdb",) if "sql" in self.languages else ()
+        facts = inspect_venv(python, needed, timeout=self.version_timeout)
+        if facts is None:
+            return
+        if facts.embedding_missing:
+            raise LaunchRefused(f"the worker's Python ({python}) cannot run Python cells: {facts.embedding_fix()}")
+        if "duckdb" in facts.missing:
+            self._sql_withheld = (
+                f"SQL is withheld: the worker's Python ({python}) cannot import duckdb. Install it there "
+                "(`pip install duckdb`, or the console-bridge[datascience] extra) or pass python= pointing at "
+                "an environment that has it; Python cells are unaffected."
+            )
+            self._notices.append(self._sql_withheld)
+
+    def _outcome_env(self) -> dict[str, str]:
+        """The R hook: an R_PROFILE_USER file (it sources the user's own), outside the denied
+        session folders so the sandboxed worker can read it; removed when the session ends."""
+        if "r" not in self.languages:
+            return {}
+        text = r_profile_text(self._nonce, self._env.get("R_PROFILE_USER"))
+        return {"R_PROFILE_USER": str(self._confined.write_r_profile(text))}
+
+    async def start(self) -> None:
+        """Check, launch and verify; raise before any call when anything does not check out.
+
+        Raises :class:`VersionRefused`/:class:`LaunchRefused` (nothing started),
+        :class:`SandboxMismatch`, :class:`DependenciesRefused`, :class:`VerificationFailed`
+        (started, verified, stopped before any call), :class:`CallTimeout`.
+        """
+        check_owner(self.owner, "console")
+        if self._state != "new":
+            if self._state == "closed":
+                raise ConnectionClosed("this console is closed; create a new AsyncConsole")
+            return
+        self._state = "starting"
+        try:
+            binary = await anyio.to_thread.run_sync(
+                lambda: check_binary(resolve_command(self._command), timeout=self.version_timeout)
+            )
+            self._binary = binary
+            if check_project_config(self.workspace, self.project_config) is not None:
+                await anyio.to_thread.run_sync(
+                    lambda: check_project_overrides(binary.path, self.workspace, timeout=self.version_timeout)
+                )
+            python = await anyio.to_thread.run_sync(lambda: worker_python(self._python))
+            await anyio.to_thread.run_sync(lambda: self._check_worker_env(python))
+            self._abort_if_closed()
+            base = self.recordings_base
+            base.mkdir(parents=True, exist_ok=True)
+            await anyio.to_thread.run_sync(
+                lambda: self._confined.prepare(
+                    owner=str(self.owner),
+                    profile=self._profile.name,
+                    recording_base=base,
+                    writable=self._profile.base == "workspace" or bool(self._roots) or bool(self._profile_writable()),
+                )
+            )
+            supervision = await anyio.to_thread.run_sync(
+                lambda: self._confined.supervision(
+                    recording_base=base,
+                    python=python,
+                    binary=binary.path,
+                    languages=self.languages,
+                    workspace_writable=self._profile.base == "workspace",
+                    writable_roots=[*self._roots, *self._profile_writable()],
+                    read_roots=self._read_roots,
+                    search_path=self._env.get("PATH") or base_environment().get("PATH"),
+                )
+            )
+            argv, self._expected = self._serve_args(binary, python)
+            self._tmpdir = self._confined.tmpdir
+            env = (
+                base_environment()
+                | self._env
+                | self._outcome_env()
+                | {
+                    "TMPDIR": str(self._tmpdir),
+                    "MCP_CONSOLE_HOME": str(base),
+                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),
+                    "XDG_CACHE_HOME": str(self._confined.cache_dir),
+                }
+                | self._confined.path_env()
+            )
+            config = {
+                "mcpServers": {
+                    SERVER: {"command": str(binary.path), "args": argv, "env": env, "cwd": str(self.workspace)}
+                }
+            }
+            self._conn = AsyncMcpConnection(
+                config,
+                SERVER,
+                owner=self.owner,
+                tools=["send"],
+                policy=Policy(
+                    mode="read_write",
+                    approve_writes=False,
+                    pin_schemas=self.policy.pin_schemas,
+                    sanitize_descriptions=False,
+                    audit=self.policy.audit_log,
+                    max_bytes=self.policy.max_bytes,
+                ),
+                timeout=self.poll_window + self.timeout,
+                startup_timeout=self.startup_timeout,
+                shutdown_grace=self.shutdown_grace,
+                supervision=supervision,
+            )
+            try:
+                await self._conn.connect()
+            except ConnectionClosed as exc:
+                raise self._confinement_refusal(exc) from None
+            self._confined.attach(self._conn.supervisor_pid or 0, base, server_pid=self._conn.pid)
+            groups, supervisor = self._confined.usage_sources()
+            self._meter = CellMeter(group_meter(groups), WorkerMeter(supervisor))
+            self._tree = TreeMeter(supervisor)
+            # The hooks write under the TMPDIR as the session's processes see it (a tmpfs of its own).
+            self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
+            await self._verify(self._conn, binary)
+            self._abort_if_closed()
+            await self._probe(base)
+            self._abort_if_closed()
+            self._log_cells = True
+        except Exception:
+            with anyio.CancelScope(shield=True):
+                await self._teardown(cancel=True)  # a failed check: the server is not trusted
+            raise
+        except BaseException:
+            # Cancelled (a closing manager, Ctrl-C): stop cleanly, within shutdown_grace, so a
+            # recording the start-up probe already opened is finalized like any other.
+            with anyio.CancelScope(shield=True):
+                self._locate_recording()
+                await self._teardown(cancel=False)
+            raise
+        self._state = "ready"
+
+    def _confinement_refusal(self, exc: ConnectionClosed) -> BridgeError:
+        """A server that died before it answered because its confinement could not be set up
+        (the view, the namespaces, the systemd scope) is a refusal, not a crash."""
+        tail = exc.stderr_tail or ""
+        lines = [line for line in tail.splitlines() if line.startswith("console-bridge supervisor:")]
+        scope = self._confined.confinement.scope if self._confined.confinement is not None else None
+        if not lines and scope is not None and "Failed to" in tail:
+            lines = [f"systemd-run could not start the session's scope: {tail.strip().splitlines()[-1]}"]
+        if not lines:
+            return exc
+        return LaunchRefused(
+            f"the session's confinement could not be set up: {lines[-1]}. Nothing ran; `console-bridge doctor` "
+            "checks namespaces, cgroups and the systemd manager on this host.",
+            server=SERVER,
+            details={"stderr_tail": tail[-2000:]},
+        )
+
+    def _abort_if_closed(self) -> None:
+        """``close()``/``cancel()`` ran while ``start()`` awaited: launch nothing more."""
+        if self._state == "closed":
+            raise ConnectionClosed("close() or cancel() ran while the console was starting; it was not started")
+
+    async def _verify(self, conn: AsyncMcpConnection, binary: Binary) -> None:
+        """Prove the server is what was asked for, before any call; otherwise stop it."""
+        info = conn.status().server_info or {}
+        if info.get("name") != "mcp-console" or info.get("version") != binary.version_text:
+            raise VerificationFailed(
+                f"the server reports {info.get('name')!r} {info.get('version')!r}, not mcp-console "
+                f"{binary.version_text} as checked from {str(binary.path)!r}; it was stopped before any call",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        page = await conn.discover("tools")
+        names = sorted(str(item.get("name")) for item in page.items)
+        if names != ["send"] or page.next_cursor is not None:
+            raise VerificationFailed(
+                f"mcp-console must offer exactly one tool, 'send'; it offers {names} (more pages: "
+                f"{page.next_cursor is not None}); it was stopped before any call",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        tool = page.items[0]
+        schema = tool.get("inputSchema") or {}
+        props = schema.get("properties") or {}
+        required = {"control", "stdin", "timeout_ms", *self.server_languages}
+        missing = sorted(required - set(props))
+        if missing:
+            raise VerificationFailed(
+                f"the send tool lacks the field(s) {', '.join(missing)} the session needs; it was stopped before "
+                "any call (check the languages and the mcp-console version)",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        unexpected = sorted(set(props) & set(LANGUAGES) - set(self.server_languages))
+        if unexpected:
+            raise VerificationFailed(
+                f"the send tool offers language(s) {', '.join(unexpected)} that were not requested; stopped",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        if self.dependencies == "deny" and "requirements" in props:
+            raise DependenciesRefused(
+                "dependencies='deny' but the send tool still offers `requirements` (package installs); "
+                "it was stopped before any call",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        if self.dependencies == "allow" and "requirements" not in props:
+            raise VerificationFailed(
+                "dependencies='allow' but the send tool does not offer `requirements`; stopped before any call",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        description = str(tool.get("description") or "")
+        try:
+            advertised = parse_sandbox_description(description)
+        except SandboxTextError as exc:
+            raise SandboxMismatch(
+                f"the advertised sandbox could not be verified ({exc}); the bridge fails closed. The server was "
+                "stopped before any call.",
+                server=SERVER,
+                pid=conn.pid,
+            ) from None
+        expected = self._expected
+        assert expected is not None
+        if advertised != expected:
+            raise SandboxMismatch(
+                f"the server advertises [{advertised.describe()}] but profile {self._profile.name!r} requires "
+                f"[{expected.describe()}]; it was stopped before any call. Check the project config and "
+                "writable_roots (mcp-console refuses workspace writes when the workspace is the home folder).",
+                server=SERVER,
+                pid=conn.pid,
+                details={"advertised": advertised.as_dict(), "expected": expected.as_dict()},
+            )
+        self._advertised = advertised
+        self._send_schema = dict(schema)
+        self._description = description
+
+    async def _probe(self, base: Path) -> None:
+        """Prove the deny rules: a probe cell must fail to read every canary and denied place."""
+        language = next(lang for lang in ("python", "sql", "r") if lang in self.languages)
+        writable = self._expected.writable if self._expected is not None else frozenset()
+        workspace_writable = str(self.workspace) in writable or "workspace" in writable
+        code = await anyio.to_thread.run_sync(lambda: self._confined.probe_cell(base, workspace_writable, language))
+        conn = self._require("probe")
+        began = time.perf_counter()
+        result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+        self._probe_ms = (time.perf_counter() - began) * 1000
+        if result.running:
+            raise CallTimeout(
+                f"the confinement probe did not finish within startup_timeout={self.startup_timeout:g}s; the "
+                "server was stopped before any user cell. Raise startup_timeout on a slow host.",
+                server=SERVER,
+                pid=conn.pid,
+            )
+        self._probe_checked = self._confined.check_probe(result.text, server=SERVER, pid=conn.pid)
+
+    async def _teardown(self, *, cancel: bool) -> None:
+        conn = self._conn
+        if conn is not None:
+            if cancel:
+                await conn.cancel()
+            else:
+                await conn.close()
+        if self._meter is not None:
+            self._meter.close()
+        self._cells.close()
+        self._observer.events.close()
+        if self._observer.outcomes is not None:
+            self._observer.outcomes.close()
+        await anyio.to_thread.run_sync(self._confined.release)
+        self._state = "closed"
+
+    async def close(self) -> None:
+        """Close cleanly: the server's stdin is closed so the recording is finalized, then the
+        tree is stopped within bounds and the private TMPDIR removed. Idempotent."""
+        with anyio.CancelScope(shield=True):
+            self._locate_recording()
+            await self._teardown(cancel=False)
+
+    async def cancel(self) -> None:
+        """Kill the session's process tree at once (the recording is not finalized). Idempotent."""
+        with anyio.CancelScope(shield=True):
+            self._locate_recording()
+            await self._teardown(cancel=True)

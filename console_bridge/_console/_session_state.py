@@ -1,0 +1,472 @@
+"""The state of an :class:`AsyncConsole` (its checked options, status and usage) and the one
+path every ``send`` takes (``_call``). ``AsyncConsole`` is defined in ``_session``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+
+from console_bridge._confinement._limits import Limits
+from console_bridge._confinement._unconfinable import refuse_unconfinable
+from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
+from console_bridge._connection._handles import NotCopyable
+from console_bridge._console._cells import BEING_POLLED, BUSY
+from console_bridge._console._confined import SessionConfinement
+from console_bridge._console._launch import check_project_config, find_r, split_args, validate_root
+from console_bridge._console._notebook import CellLog
+from console_bridge._console._observe import CellObserver, merge, reword_restart
+from console_bridge._console._profiles import Profile, load_profile
+from console_bridge._console._recordings import Recording, find_recording, write_sidecar
+from console_bridge._console._sandbox import SandboxPolicy
+from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter
+from console_bridge._console._version import Binary
+from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
+from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed, ServerError
+from console_bridge._governance._policy import Policy
+from console_bridge._identity import Owner, check_owner
+from console_bridge._results import CellFailure, CellResult
+
+__all__ = ["LANGUAGES", "SERVER", "ConsoleState", "ConsoleStatus"]
+
+SERVER = "mcp-console"
+LANGUAGES = ("python", "r", "sql")
+_REFUSED_ENV_PREFIXES = ("MCP_CONSOLE_", "LD_", "DYLD_")
+_REFUSED_ENV = ("TMPDIR",)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleStatus:
+    """A snapshot of the session (local state only)."""
+
+    connection: ConnectionStatus | None
+    state: str
+    version: str | None
+    command: str | None
+    workspace: Path
+    profile: str
+    sandbox: dict[str, Any] | None
+    dependencies: str
+    languages: tuple[str, ...]
+    poll_window: float
+    recording: Path | None
+    pid: int | None = None
+    tmpdir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    session_id: str | None = None
+    supervisor_pid: int | None = None
+    deny_read: tuple[str, ...] = ()
+    view: list[dict[str, Any]] = field(default_factory=list)
+    host: str | None = None
+    #: what the session used so far (see :class:`SessionUsage`); None before it started
+    usage: SessionUsage | None = None
+
+
+class ConsoleState(NotCopyable):
+    """What every part of :class:`AsyncConsole` shares: its options, state and status, and the call path."""
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str] = ".",
+        *,
+        profile: str | os.PathLike[str] = "read-only",
+        writable_roots: Sequence[str | os.PathLike[str]] = (),
+        read_roots: Sequence[str | os.PathLike[str]] = (),
+        dependencies: Literal["deny", "allow"] = "deny",
+        project_config: bool = False,
+        command: str | os.PathLike[str] | None = None,
+        args: Sequence[str] = (),
+        python: str | os.PathLike[str] | None = None,
+        languages: Sequence[str] = ("python", "sql"),
+        env: Mapping[str, str] | None = None,
+        poll_window: float = 30.0,
+        timeout: float = 60.0,
+        startup_timeout: float = 60.0,
+        recordings_dir: str | os.PathLike[str] | None = None,
+        owner: Owner | None = None,
+        policy: Policy | None = None,
+        version_timeout: float = 10.0,
+        shutdown_grace: float = 3.0,
+        limits: Limits | None = None,
+        stream_window: float = 0.25,
+        events_wait: float = 2.0,
+    ) -> None:
+        refuse_unconfinable()  # macOS, Windows, Linux without user namespaces: say so before anything else
+        ws = Path(workspace).expanduser()
+        if not ws.is_dir():
+            raise LaunchRefused(f"workspace {os.fspath(workspace)!r} is not an existing directory; create it first")
+        self.workspace = ws.resolve()
+        if dependencies not in ("deny", "allow"):
+            raise LaunchRefused(f"dependencies must be 'deny' or 'allow', not {dependencies!r}")
+        if isinstance(languages, str) or not languages or any(lang not in LANGUAGES for lang in languages):
+            raise LaunchRefused(f"languages must be a non-empty sequence drawn from {LANGUAGES}, not {languages!r}")
+        bounds: dict[str, object] = {"poll_window": poll_window, "timeout": timeout, "startup_timeout": startup_timeout}
+        for label, value in bounds.items():
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
+                raise LaunchRefused(f"{label} must be a positive, finite number of seconds, not {value!r}")
+        if owner is not None and not isinstance(owner, Owner):
+            raise LaunchRefused("owner must be an Owner or None")
+        if policy is not None and not isinstance(policy, Policy):
+            raise LaunchRefused("policy must be a console_bridge.Policy or None")
+        self._profile: Profile = load_profile(profile)
+        vet_workspace(self.workspace, self._profile)
+        if limits is not None and not isinstance(limits, Limits):
+            raise LaunchRefused("limits must be a console_bridge.Limits or None (None takes the profile's limits)")
+        self.limits = limits if limits is not None else self._profile.limits
+        evidence_paths = tuple(str(item.path) for item in evidence(policy))  # never readable by a cell
+        self._confined = SessionConfinement(
+            limits=self.limits, deny_read=(*self._profile.deny_read, *evidence_paths), workspace=self.workspace
+        )
+        arg_roots, self._extra_args = split_args(args)
+        self._roots = list(dict.fromkeys([*arg_roots, *(validate_root(r) for r in writable_roots)]))
+        if isinstance(read_roots, str | bytes):
+            raise LaunchRefused("read_roots must be a sequence of folder paths, e.g. read_roots=['~/data']")
+        self._read_roots = list(
+            dict.fromkeys(
+                validate_root(r, what="read root") for r in [*self._profile.read_roots, *read_roots]
+            )
+        )
+        self._env = dict(env or {})
+        for key, value in self._env.items():
+            if not isinstance(key, str) or not isinstance(value, str) or "\x00" in key + value:
+                raise LaunchRefused("env must map strings to strings without NUL bytes")
+            if key in _REFUSED_ENV or key.startswith(_REFUSED_ENV_PREFIXES):
+                raise LaunchRefused(
+                    f"env key {key!r} is controlled by the bridge (it would change the sandbox, the recordings or "
+                    "the loader); remove it"
+                )
+        self.languages = tuple(dict.fromkeys(languages))
+        if "r" in self.languages and find_r() is None:
+            raise LaunchRefused(
+                "languages includes 'r' but R is not installed (no `R` on PATH); install it, e.g. "
+                "`apt-get install r-base-core`, or drop 'r' from languages"
+            )
+        self.dependencies = dependencies
+        self.project_config = project_config
+        self._command = command
+        self._python = python
+        self.poll_window = float(poll_window)
+        self.timeout = float(timeout)
+        self.startup_timeout = float(startup_timeout)
+        self.version_timeout = version_timeout
+        self.shutdown_grace = shutdown_grace
+        self.recordings_dir = Path(recordings_dir).expanduser().absolute() if recordings_dir is not None else None
+        vet_recordings(self.recordings_base, self.workspace, self._profile, self._roots)
+        vet_evidence(evidence(policy), self.workspace, self._profile, self._roots)
+        self.owner = owner if owner is not None else Owner("host")
+        self.policy = policy if policy is not None else Policy(pin_schemas="on_change")
+        check_project_config(self.workspace, project_config)
+        self._conn: AsyncMcpConnection | None = None
+        self._binary: Binary | None = None
+        self._tmpdir: Path | None = None
+        self._expected: SandboxPolicy | None = None
+        self._advertised: SandboxPolicy | None = None
+        self._send_schema: dict[str, Any] = {}
+        self._description = ""
+        self._recording: Recording | None = None
+        self._state = "new"
+        self._probe_checked = 0
+        self._probe_ms: float | None = None
+        self._close_reason: str | None = None
+        #: observation window of run() while on_output is given (output at most this late)
+        self.stream_window = float(stream_window)
+        self._nonce = secrets.token_hex(8)
+        self._sql_withheld: str | None = None
+        self._observer = CellObserver(lambda: self.recording, self._note_recording, events_wait=float(events_wait))
+        self._notices = self._observer.notices
+        self._observer.limit_check = self._limit_check
+        self._meter: CellMeter | None = None
+        self._tree: TreeMeter | None = None
+        self._usage_cache: dict[str, tuple[float, Any]] = {}
+        #: seconds status().usage keeps a walked figure (the recording's size, the process tree's use)
+        self.usage_refresh = 2.0
+        #: the user's cells, logged next to the recording as they end (the notebook export reads it)
+        self._cells = CellLog()
+        self._cell: tuple[str, str, list[CellResult]] | None = None
+        self._log_cells = False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
+
+    @property
+    def recordings_base(self) -> Path:
+        """Where this session's recording lands: the workspace's .agents/console, else recordings_dir."""
+        local = self.workspace / ".agents" / "console"
+        if local.is_dir():
+            return local
+        if self.recordings_dir is not None:
+            return self.recordings_dir
+        return Path(platformdirs.user_data_dir("console-bridge")) / "recordings"
+
+    def _profile_writable(self) -> list[Path]:
+        """The profile's ``sandbox.filesystem.read_write`` entries, as host paths."""
+        out = []
+        for item in self._profile.read_write:
+            path = Path(item).expanduser()
+            out.append(path if path.is_absolute() else self.workspace / path)
+        return out
+
+    @property
+    def server_languages(self) -> tuple[str, ...]:
+        """The languages the server offers: ``languages`` minus SQL when it is withheld."""
+        if self._sql_withheld is not None:
+            return tuple(lang for lang in self.languages if lang != "sql")
+        return self.languages
+
+    # ---------------------------------------------------------------- status
+    @property
+    def version(self) -> str | None:
+        return self._binary.version_text if self._binary else None
+
+    @property
+    def pid(self) -> int | None:
+        return self._conn.pid if self._conn is not None else None
+
+    @property
+    def recording(self) -> Recording | None:
+        """This session's recording, once the first send created it."""
+        self._locate_recording()
+        return self._recording
+
+    def _locate_recording(self) -> None:
+        if self._recording is None and self._conn is not None and self._conn.pid is not None:
+            self._recording = find_recording(self.recordings_base, self._conn.pid)
+
+    def status(self) -> ConsoleStatus:
+        recording = self.recording
+        return ConsoleStatus(
+            connection=self._conn.status() if self._conn is not None else None,
+            state=self._state if self._conn is None or self._state == "closed" else self._conn.status().state,
+            version=self.version,
+            command=str(self._binary.path) if self._binary else None,
+            workspace=self.workspace,
+            profile=self._profile.name,
+            sandbox=self._advertised.as_dict() if self._advertised else None,
+            dependencies=self.dependencies,
+            languages=self.languages,
+            poll_window=self.poll_window,
+            recording=recording.path if recording else None,
+            pid=self.pid,
+            tmpdir=self._tmpdir,
+            limits=self._confined.reports(),
+            extra={"probe": {"checked": self._probe_checked, "ms": self._probe_ms}}
+            | ({"notices": list(self._notices)} if self._notices else {}),
+            session_id=self._confined.entry.id if self._confined.entry else None,
+            supervisor_pid=self._confined.entry.supervisor_pid if self._confined.entry else None,
+            deny_read=tuple(self._confined.deny),
+            view=self._confined.view.describe() if self._confined.view is not None else [],
+            host=self._confined.confinement.host.name if self._confined.confinement is not None else None,
+            usage=self.usage(),
+        )
+
+    # ------------------------------------------------------------ hand-over
+    def assign_owner(self, owner: Owner) -> None:
+        """Give a started session to ``owner`` (a session manager does this at hand-over).
+
+        Every later call is checked against ``owner``, and the audit log names it.
+        """
+        if not isinstance(owner, Owner):
+            raise NotAllowed("owner must be an Owner")
+        self.owner = owner
+        if self._conn is not None:
+            self._conn.owner = owner
+
+    def set_close_reason(self, reason: str) -> None:
+        """Say why the session is (about to be) closed: every later use raises
+        :class:`ConnectionClosed` with ``reason`` (e.g. "closed by the session manager after 600 s idle")."""
+        self._close_reason = reason
+
+    @property
+    def close_reason(self) -> str | None:
+        """Why the session was closed from outside (see :meth:`set_close_reason`), if it was."""
+        return self._close_reason
+
+    # ---------------------------------------------------------------- cells
+    def _require(self, what: str) -> AsyncMcpConnection:
+        check_owner(self.owner, "console")
+        if self._state == "new":
+            raise ConnectionClosed(f"{what}: the console is not started; use `async with` or await start()")
+        if self._conn is None or self._state == "closed":
+            raise ConnectionClosed(f"{what}: this console was {self._close_reason or 'closed'}; create a new one")
+        return self._conn
+
+    def _window_ms(self, timeout_ms: int | None) -> int:
+        cap = int(self.poll_window * 1000)
+        if timeout_ms is None:
+            return cap
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+            raise NotAllowed(f"timeout_ms must be a non-negative integer, not {timeout_ms!r}")
+        return min(timeout_ms, cap)
+
+    def _code_args(self, python: str | None, r: str | None, sql: str | None) -> dict[str, Any]:
+        given = {lang: code for lang, code in (("python", python), ("r", r), ("sql", sql)) if code is not None}
+        if len(given) > 1:
+            raise NotAllowed(f"one cell runs one language; got {', '.join(given)}")
+        for lang, code in given.items():
+            if lang not in self.languages:
+                raise NotAllowed(f"language {lang!r} is not enabled for this console (languages={self.languages})")
+            if lang == "sql" and self._sql_withheld is not None:
+                raise NotAllowed(self._sql_withheld)
+            if not isinstance(code, str):
+                raise NotAllowed(f"{lang}= must be a string of code")
+        return given
+
+    async def _call(self, args: dict[str, Any], *, errors_as_results: bool = False) -> CellResult:
+        """One ``send``. An error result raises :class:`ServerError`, except a worker exit (a
+        result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
+        conn = self._require("send")
+        language = next((lang for lang in LANGUAGES if lang in args), None)
+        mark = self._observer.mark(language)
+        started = time.monotonic()
+        meter = self._meter
+        running_cell, running_meter = self._cell, meter.state() if meter is not None else None
+        if language is not None:
+            self._confined.mark()
+            if meter is not None:
+                meter.start()
+            if self._log_cells:
+                self._cell = (language, str(args[language]), [])
+        try:
+            result = await conn.call_tool("send", args)
+        except ConnectionClosed as exc:
+            if self._close_reason is None:
+                raise
+            raise type(exc)(f"send: this console was {self._close_reason}", server=SERVER, pid=exc.pid) from None
+        except ServerError as exc:
+            if exc.result is None:
+                raise
+            text = exc.result.text
+            if text.lstrip().startswith((BUSY, BEING_POLLED)):
+                # Nothing was submitted: the running cell keeps its log record and its meter.
+                self._cell = running_cell
+                if meter is not None and running_meter is not None:
+                    meter.restore(running_meter)
+                raise Busy(
+                    "a cell is still running in this console; poll() for its output, interrupt() it, or wait "
+                    "(nothing was queued)",
+                    server=SERVER,
+                ) from None
+            self._observer.submitted(language, mark)
+            cell = await self._observer.observe(exc.result, started, is_error=True)
+            restart = self._observer.last_notice.restart_required
+            if cell.worker_exited or restart or errors_as_results:
+                if restart:
+                    await self._restart_worker()
+                    cell = reword_restart(cell)
+                return self._measured(cell)
+            raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
+        self._observer.submitted(language, mark)
+        return self._measured(await self._observer.observe(result, started))
+
+    def _measured(self, cell: CellResult) -> CellResult:
+        """The observation that ends a cell carries what the cell used; the cell goes to the log."""
+        if cell.running or cell.waiting_for_input:
+            if self._cell is not None and len(self._cell[2]) < 10_000:
+                self._cell[2].append(cell)
+            return cell
+        meter = self._meter
+        if meter is not None and meter.active:
+            cell = dataclasses.replace(cell, usage=meter.stop())
+        if self._cell is not None:
+            language, code, chunks = self._cell
+            self._cell = None
+            recording = self.recording
+            whole = merge([*chunks, cell], sum(chunk.elapsed for chunk in [*chunks, cell])) if chunks else cell
+            self._cells.write(recording.path if recording is not None else None, language, code, whole)
+        return cell
+
+    def usage(self) -> SessionUsage | None:
+        """What the session used so far: from its cgroups where it has them, else its processes."""
+        if self._meter is None or self._tree is None or self._state == "closed":
+            return None
+        group = self._meter.group
+        cpu = group.cpu_seconds() if group is not None else None
+        memory = group.memory_now() if group is not None else None
+        peak = group.session_peak() if group is not None else None
+        processes = group.processes() if group is not None else None
+        if cpu is None or memory is None or processes is None:
+            tree_cpu, tree_memory, tree_peak, tree_processes = self._cached("tree", self._tree.read)
+            cpu = cpu if cpu is not None else tree_cpu
+            if memory is None:
+                memory, peak = tree_memory, tree_peak
+            processes = processes if processes is not None else tree_processes
+        recording = self.recording
+        return SessionUsage(
+            cpu_seconds=cpu,
+            memory=memory,
+            memory_peak=peak,
+            processes=processes,
+            tmpdir_bytes=self._confined.tmpdir_bytes(),
+            writes_bytes=self._confined.writes_bytes(),
+            recording_bytes=self._cached("recording", lambda: recording.size_bytes) if recording is not None else None,
+        )
+
+    def _cached(self, key: str, read: Callable[[], Any]) -> Any:
+        """What ``read`` returned, re-read at most every ``usage_refresh`` seconds (a walk of the
+        recording or the process tree; status() is called often, the counter files are read each time)."""
+        now = time.monotonic()
+        hit = self._usage_cache.get(key)
+        if hit is not None and now - hit[0] < self.usage_refresh:
+            return hit[1]
+        value = read()
+        self._usage_cache[key] = (now, value)
+        return value
+
+    def _note_recording(self, recording: Recording) -> None:
+        """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
+        import getpass
+
+        from console_bridge import __version__
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = None
+        info = {
+            "run_id": recording.run_id,
+            "workspace": str(self.workspace),
+            "profile": self._profile.name,
+            "owner": str(self.owner),
+            "user": user,
+            "uid": os.getuid(),
+            "languages": list(self.languages),
+            "mcp_console": self.version,
+            "console_bridge": __version__,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        with contextlib.suppress(OSError):
+            write_sidecar(recording.path, info)
+        self._confined.note_recording(recording.path)
+
+    @property
+    def limit_check(self) -> Callable[[CellFailure | None], tuple[str, str] | None] | None:
+        """Hook for the confinement layer: called when a cell ended with a failure or a worker exit;
+        returns ``(limit_name, detail)`` when a resource limit stopped it, else None (see ``_observe``)."""
+        return self._observer.limit_check
+
+    @limit_check.setter
+    def limit_check(self, check: Callable[[CellFailure | None], tuple[str, str] | None] | None) -> None:
+        self._observer.limit_check = check
+
+    def _limit_check(self, error: CellFailure | None = None) -> tuple[str, str] | None:
+        """The confinement layer's answer for a cell that just ended: did a session limit stop it
+        (kernel counters; where only an rlimit holds a limit, the tree's size and the failure's errno)?"""
+        hit = self._confined.limit_hit(error)
+        return None if hit is None else (hit, self._confined.limit_message(hit))
+
+    async def _restart_worker(self) -> None:
+        """Start a fresh worker and wait (bounded) until it is up: a cell sent while the restart
+        is still under way would be refused as Busy."""
+        conn = self._require("restart")
+        with contextlib.suppress(ServerError):
+            await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})
