@@ -134,6 +134,12 @@ class WriteWatch:
         #: between cells would swallow the next cell)
         self.cell_running = False
 
+    def set_running(self, running: bool) -> None:
+        """A cell started or ended (under the lock: a look under way finishes first, so a stop it
+        decides still sees whether a cell runs)."""
+        with self._lock:
+            self.cell_running = running
+
     @property
     def added(self) -> int:
         return max(0, self.total - self.baseline)

@@ -293,7 +293,7 @@ class SessionConfinement:
             self._place_worker()
         if self.watch is not None:
             self._watch_hits = dict(self.watch.hits)
-            self.watch.cell_running = True
+            self.watch.set_running(True)
         if self.recording_cap is not None and self.entry is not None and self.entry.recording:
             self.recording_cap.before_cell(Path(self.entry.recording), self.entry.server_pid)
 
@@ -399,7 +399,7 @@ class SessionConfinement:
         watch = self.watch
         if watch is None:
             return None
-        watch.cell_running = False
+        watch.set_running(False)
         watch.check(only_if_grown=True)
         before, self._watch_hits = self._watch_hits, dict(watch.hits)
         self._shm_hit = watch.hits["shm"] > before.get("shm", 0)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import platformdirs
 
 from console_bridge._confinement._limits import Limits
@@ -193,6 +194,7 @@ class ConsoleState(NotCopyable):
         #: the user's cells, logged next to the recording as they end (the notebook export reads it)
         self._cells = CellLog()
         self._cell: tuple[str, str, list[CellResult]] | None = None
+        self._worker_died_at: float | None = None  # when a worker last died or was restarted
         self._log_cells = False
 
     def __repr__(self) -> str:
@@ -337,7 +339,7 @@ class ConsoleState(NotCopyable):
             if self._log_cells:
                 self._cell = (language, str(args[language]), [])
         try:
-            result = await conn.call_tool("send", args)
+            result = await self._submit(conn, args, code=language is not None)
         except ConnectionClosed as exc:
             if self._close_reason is None:
                 raise
@@ -370,6 +372,8 @@ class ConsoleState(NotCopyable):
 
     def _measured(self, cell: CellResult) -> CellResult:
         """The observation that ends a cell carries what the cell used; the cell goes to the log."""
+        if cell.worker_exited or (cell.error is not None and cell.error.kind in ("limit", "worker_exited")):
+            self._worker_died_at = time.monotonic()  # the server is bringing up a fresh worker (see _submit)
         if cell.running or cell.waiting_for_input:
             if self._cell is not None and len(self._cell[2]) < 10_000:
                 self._cell[2].append(cell)
@@ -464,9 +468,25 @@ class ConsoleState(NotCopyable):
         hit = self._confined.limit_hit(error)
         return None if hit is None else (hit, self._confined.limit_message(hit))
 
+    async def _submit(self, conn: AsyncMcpConnection, args: dict[str, Any], *, code: bool) -> Any:
+        """``send`` once; a cell refused as Busy within a poll window (+5 s) of a worker's death or
+        restart is submitted again, every 0.1 s: nothing was queued, and the server is still bringing
+        up the fresh worker or holding a poll the dead cell left open until its window ends."""
+        while True:
+            try:
+                return await conn.call_tool("send", args)
+            except ServerError as exc:
+                busy = exc.result is not None and exc.result.text.lstrip().startswith((BUSY, BEING_POLLED))
+                died = self._worker_died_at
+                settling = died is not None and time.monotonic() - died < self.poll_window + 5
+                if not (code and busy and settling):
+                    raise
+            await anyio.sleep(0.1)
+
     async def _restart_worker(self) -> None:
         """Start a fresh worker and wait (bounded) until it is up: a cell sent while the restart
-        is still under way would be refused as Busy."""
+        is still under way would be refused as Busy (see ``_submit``)."""
         conn = self._require("restart")
+        self._worker_died_at = time.monotonic()
         with contextlib.suppress(ServerError):
             await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})

