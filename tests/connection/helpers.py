@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,6 +72,20 @@ def is_alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def threads_left(before: set[threading.Thread], timeout: float = 10.0) -> list[str]:
+    """Names of threads started since ``before`` that are still alive after ``timeout``.
+
+    The portal thread is joined by ``close``; asyncio's per-child ``waitpid`` threads
+    end a moment after their child is reaped, so they get a short while to go.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        extra = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not extra or time.monotonic() > deadline:
+            return [t.name for t in extra]
+        time.sleep(0.02)
 
 
 def pid_alive(pid: int) -> bool:

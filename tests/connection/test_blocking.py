@@ -25,15 +25,15 @@ from console_bridge import (
     run_context,
 )
 
-from .helpers import OTHER, OWNER, ProcessWatch, config, pid_alive, read_log, server_entry
+from .helpers import OTHER, OWNER, ProcessWatch, config, pid_alive, read_log, server_entry, threads_left
 
 PROBE = server_entry("probe.py")
 
 
 def test_plain_blocking_use(blocking_conns: Any, watch: ProcessWatch) -> None:
-    before = threading.active_count()
+    before = set(threading.enumerate())
     conn = blocking_conns(PROBE, tools=["env"], resources=["r://x"])
-    assert threading.active_count() == before + 1  # one portal thread per object
+    [portal_thread] = set(threading.enumerate()) - before  # one portal thread per object
     with conn:
         assert conn.status().state == "idle"
         result = conn.call_tool("env", {})
@@ -51,7 +51,8 @@ def test_plain_blocking_use(blocking_conns: Any, watch: ProcessWatch) -> None:
         watch.snapshot()
     assert not pid_alive(pid)
     assert conn.status().state == "closed"
-    assert threading.active_count() == before  # close stopped the portal thread
+    assert not portal_thread.is_alive()  # close joined the portal thread
+    assert threads_left(before) == []
     with pytest.raises(ConnectionClosed):
         conn.call_tool("env", {})
     with pytest.raises(ConnectionClosed):
@@ -88,7 +89,7 @@ async def test_blocking_twin_inside_anyio_test(blocking_conns: Any) -> None:
 
 
 def test_four_threads_each_with_its_own_connection(blocking_conns: Any, watch: ProcessWatch) -> None:
-    before = threading.active_count()
+    before = set(threading.enumerate())
     conns = [blocking_conns(PROBE, tools=["env"]) for _ in range(4)]
 
     def work(conn: McpConnection) -> tuple[int | None, int]:
@@ -101,7 +102,7 @@ def test_four_threads_each_with_its_own_connection(blocking_conns: Any, watch: P
         results = list(pool.map(work, conns))
     assert [calls for _, calls in results] == [5, 5, 5, 5]
     assert len({pid for pid, _ in results}) == 4  # four servers, one per connection
-    assert threading.active_count() == before
+    assert threads_left(before) == []
 
 
 def test_blocking_errors_are_the_same_bridge_errors(blocking_conns: Any, watch: ProcessWatch, tmp_path: Path) -> None:
@@ -182,7 +183,7 @@ def test_dropped_blocking_connection_stops_its_thread_and_server(watch: ProcessW
     """Garbage collection (or interpreter exit) runs the same close."""
     import gc
 
-    before = threading.active_count()
+    before = set(threading.enumerate())
     conn = McpConnection(config(PROBE), "s", owner=OWNER, tools=["env"], timeout=5, startup_timeout=15)
     conn.connect()
     pid = conn.pid
@@ -190,7 +191,7 @@ def test_dropped_blocking_connection_stops_its_thread_and_server(watch: ProcessW
     watch.add_pid(pid)
     del conn
     gc.collect()
-    assert threading.active_count() == before
+    assert threads_left(before) == []
     assert not pid_alive(pid)
 
 
