@@ -162,7 +162,7 @@ async def test_second_concurrent_call_is_busy_and_never_sent(conns: Any, watch: 
         started = time.monotonic()
         with pytest.raises(Busy) as info:
             await conn.call_tool("echo", {"text": "second"})
-        assert time.monotonic() - started < 0.5  # at once, not after the first call
+        assert time.monotonic() - started < 5  # at once, not after the first call (30 s)
         assert "nothing was sent" in str(info.value)
         with pytest.raises(Busy):
             await conn.discover("tools")
@@ -203,7 +203,7 @@ async def test_other_connection_and_event_loop_stay_responsive(conns: Any, log: 
         started = time.monotonic()
         for _ in range(20):
             await anyio.sleep(0.001)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 5  # the loop is not held for the slow call's 30 s
         # Another connection works meanwhile, quickly.
         with anyio.fail_after(3):
             for _ in range(3):
@@ -235,7 +235,7 @@ async def test_cancel_kills_at_once_and_fails_the_active_call(conns: Any, watch:
         started = time.monotonic()
         await conn.cancel()
         # at once: no clean-shutdown grace (5 s here) is waited for
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 4  # < the 5 s grace
         watch.assert_gone()
     [failure] = failures
     assert type(failure) is ConnectionClosed

@@ -29,6 +29,7 @@ async def test_on_output_streams_under_a_long_poll_window(mcp_console, workspace
         arrived - float(stamp) for arrived, chunk in chunks for stamp in re.findall(r"tick \d+ (\d+\.\d+)", chunk.text)
     ]
     assert len(lags) == 15
-    # Output reaches on_output at most ~0.5 s after the cell printed it.
-    assert max(lags) < 0.6, sorted(lags)
+    # Output reaches on_output about 0.5 s after the cell printed it, long before the cell's
+    # 3 s end (bounds with room for a loaded CI machine; a poll-window wait would be 3 s).
+    assert sorted(lags)[len(lags) // 2] < 1.0 and max(lags) < 2.0, sorted(lags)
     print(f"streaming lag: median {sorted(lags)[len(lags) // 2]:.3f}s, max {max(lags):.3f}s")

@@ -140,7 +140,7 @@ async def test_max_per_owner_refuses_at_once(options):
         started = time.monotonic()
         with pytest.raises(NotAllowed, match="max_per_owner"):
             await mgr.open(owner=A)
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 5  # at once, not after acquire_timeout (30 s)
         session_id = mgr.id_of(console)
         await mgr.close(session_id)
         await mgr.close(session_id)  # idempotent
