@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,6 @@ import pytest
 from console_bridge import AsyncMcpConnection, McpConnection
 
 from .helpers import (
-    FIXTURE_PIDS,
     OWNER,
     PYTHON,
     SERVERS,
@@ -32,6 +29,7 @@ from .helpers import (
     STARTUP_TIMEOUT,
     TIMEOUT,
     ProcessWatch,
+    announced_server,
     config,
     read_log,
 )
@@ -139,38 +137,8 @@ class HttpServer:
 def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
     """wellbehaved.py --http 0 under uvicorn on 127.0.0.1; the URL comes from its READY line."""
     log = tmp_path_factory.mktemp("http") / "server.log"
-    proc = subprocess.Popen(
-        [PYTHON, str(SERVERS / "wellbehaved.py"), "--http", "0", "--log", str(log)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    FIXTURE_PIDS.add(proc.pid)
-    ready: list[str] = []
-    got = threading.Event()
-
-    def read_ready() -> None:
-        assert proc.stdout is not None
-        ready.append(proc.stdout.readline())
-        got.set()
-
-    reader = threading.Thread(target=read_ready, daemon=True)
-    reader.start()
-    try:
-        match = re.match(r"READY (http://\S+)", ready[0]) if got.wait(30) else None
-        if match is None:
-            raise RuntimeError(f"the HTTP fixture server did not announce itself: {ready!r}")
-        yield HttpServer(proc, match.group(1), log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        reader.join(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        FIXTURE_PIDS.discard(proc.pid)
+    with announced_server([PYTHON, str(SERVERS / "wellbehaved.py"), "--http", "0", "--log", str(log)], "HTTP") as (
+        proc,
+        url,
+    ):
+        yield HttpServer(proc, url, log)

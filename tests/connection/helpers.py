@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,49 @@ def is_alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+@contextlib.contextmanager
+def announced_server(argv: list[str], what: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A fixture server that prints ``READY <url>`` on stdout: yields it and the URL, and stops it."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    FIXTURE_PIDS.add(proc.pid)
+    ready: list[str] = []
+    got = threading.Event()
+
+    def read_ready() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("READY "):
+                ready.append(line)
+                break
+        got.set()
+
+    reader = threading.Thread(target=read_ready, daemon=True)
+    reader.start()
+    try:
+        match = re.match(r"READY (http://\S+)", ready[0]) if got.wait(30) and ready else None
+        if match is None:
+            raise RuntimeError(f"the {what} fixture server did not announce itself: {ready!r}")
+        yield proc, match.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        reader.join(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        FIXTURE_PIDS.discard(proc.pid)
 
 
 def threads_left(before: set[threading.Thread], timeout: float = 10.0) -> list[str]:

@@ -5,9 +5,6 @@ SDK's ``OAuthClientProvider``; ``auth`` is refused for stdio servers and for any
 
 from __future__ import annotations
 
-import re
-import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +17,7 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull,
 
 from console_bridge import AsyncMcpConnection, BridgeError, LaunchRefused, McpConnection, ServerError
 
-from .helpers import FIXTURE_PIDS, OWNER, PYTHON, SERVERS, config
+from .helpers import OWNER, PYTHON, SERVERS, announced_server, config
 
 pytestmark = pytest.mark.anyio
 
@@ -81,44 +78,8 @@ class OAuthServer:
 @pytest.fixture(scope="module")
 def oauth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthServer]:
     log = tmp_path_factory.mktemp("oauth") / "grants.log"
-    proc = subprocess.Popen(
-        [PYTHON, str(SERVERS / "oauth_protected.py"), "--log", str(log)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    FIXTURE_PIDS.add(proc.pid)
-    ready: list[str] = []
-    got = threading.Event()
-
-    def read_ready() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("READY "):
-                ready.append(line)
-                break
-        got.set()
-
-    reader = threading.Thread(target=read_ready, daemon=True)
-    reader.start()
-    try:
-        match = re.match(r"READY (http://\S+)", ready[0]) if got.wait(30) and ready else None
-        if match is None:
-            raise RuntimeError("the OAuth fixture server did not announce itself")
-        yield OAuthServer(match.group(1), log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        reader.join(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        FIXTURE_PIDS.discard(proc.pid)
+    with announced_server([PYTHON, str(SERVERS / "oauth_protected.py"), "--log", str(log)], "OAuth") as (_, url):
+        yield OAuthServer(url, log)
 
 
 async def test_oauth_protected_server_is_reached_with_the_sdk_provider(conns: Any, oauth_server: OAuthServer) -> None:
