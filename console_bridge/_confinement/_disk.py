@@ -37,6 +37,8 @@ from pathlib import Path
 
 import psutil
 
+from console_bridge._confinement._inotify import FolderWatch
+
 __all__ = ["FolderUsage", "RecordingCap", "WriteWatch", "kill_cells"]
 
 #: Where a recording keeps each cell's raw output (0.0.6; 0.0.5): cut when over; the rest spans cells.
@@ -245,55 +247,87 @@ class WriteWatch:
 
 
 class _Tree:
-    """The sizes of a recording's files, kept up to date cheaply: a folder is listed again only when
-    its mtime changed (a file was added or removed), a raw output file is stat'ed when it is new and
-    once more at the next refresh (the server may finish it late), and the few files that span cells
-    (transcript, events, session notes) at every refresh. About 15 system calls a cell, however many
-    cells the recording holds."""
+    """The sizes of a recording's files, kept up to date cheaply: the names added to a folder come
+    from inotify (``FolderWatch``; a folder it cannot watch is listed again when its mtime changed),
+    a raw output file is stat'ed when it is new and once more at the next refresh (the server may
+    finish it late), and the few files that span cells (transcript, events, session notes) at every
+    refresh. About 10 system calls a cell, however many cells the recording holds."""
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.folders: dict[str, int] = {}  # folder -> mtime_ns when last listed
+        self.folders: dict[str, int] = {}  # folder -> mtime_ns when last listed (unwatched folders)
         self.children: dict[str, list[str]] = {}  # folder -> its subfolders
+        self.names: dict[str, set[str]] = {}  # folder -> the names already looked at
         self.sizes: dict[str, int] = {}  # file -> size
         self.raw: set[str] = set()  # the files that hold one cell's raw output (cut when over)
         self.spanning: set[str] = set()  # the files that grow with every cell
         self.total = 0
         self._fresh: set[str] = set()  # raw files found at the last refresh: stat'ed once more
+        self.watch = FolderWatch()
+        self._watched: set[str] = set()
 
     def set_size(self, path: str, size: int) -> None:
         self.total += size - self.sizes.get(path, 0)
         self.sizes[path] = size
 
+    def close(self) -> None:
+        self.watch.close()
+        self._watched.clear()
+
+    def _new_names(self, folder: str, added: dict[str, set[str]], relist: bool) -> set[str] | None:
+        """The names in ``folder`` not looked at before; None when it is gone."""
+        known = self.names.get(folder)
+        if known is not None and folder in self._watched and not relist:
+            return added.get(folder, set()) - known
+        try:
+            mtime = os.stat(folder, follow_symlinks=False).st_mtime_ns
+        except OSError:
+            return None
+        if known is None and self.watch.add(folder):  # watched first, then listed: nothing is missed
+            self._watched.add(folder)
+        elif known is not None and self.folders.get(folder) == mtime and not relist:
+            return set()
+        self.folders[folder] = mtime
+        known = self.names.setdefault(folder, set())
+        try:
+            return set(os.listdir(folder)).difference(known)
+        except OSError:
+            return None
+
     def refresh(self) -> dict[str, int]:
         """Bring the sizes up to date; the raw files that are new or grew since the last refresh,
         each with its size before."""
         recheck, self._fresh = self._fresh, set()
+        added = self.watch.drain()
+        relist, self.watch.overflowed = self.watch.overflowed, False
+        self._watched &= self.watch.watched()  # a watch the kernel dropped: listed from now on
         stack = [self.root]
         while stack:
             folder = stack.pop()
-            try:
-                mtime = os.stat(folder, follow_symlinks=False).st_mtime_ns
-            except OSError:
+            new = self._new_names(folder, added, relist)
+            if new is None:
                 continue
-            if self.folders.get(folder) == mtime:
-                stack.extend(self.children.get(folder, ()))
-                continue
-            self.folders[folder] = mtime
+            known = self.names.setdefault(folder, set())
+            known.update(new)
             subfolders = self.children.setdefault(folder, [])
-            with contextlib.suppress(OSError), os.scandir(folder) as listing:
-                for entry in listing:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                        if entry.path not in subfolders:
-                            subfolders.append(entry.path)
-                    elif entry.path not in self.sizes:
-                        self.sizes[entry.path] = 0
-                        if entry.path[len(self.root) :].startswith(_RAW):
-                            self.raw.add(entry.path)
-                            self._fresh.add(entry.path)
-                        else:
-                            self.spanning.add(entry.path)
+            stack.extend(subfolders)
+            for name in new:
+                path = os.path.join(folder, name)
+                try:
+                    is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
+                except OSError:
+                    known.discard(name)  # gone again: looked at when it comes back
+                    continue
+                if is_dir:
+                    subfolders.append(path)
+                    stack.append(path)
+                elif path not in self.sizes:
+                    self.sizes[path] = 0
+                    if path[len(self.root) :].startswith(_RAW):
+                        self.raw.add(path)
+                        self._fresh.add(path)
+                    else:
+                        self.spanning.add(path)
         changed: dict[str, int] = {}
         for path in (*self._fresh, *recheck, *self.spanning):
             try:
@@ -325,9 +359,16 @@ class RecordingCap:
 
     def _tree_of(self, recording: Path) -> _Tree:
         if self._tree is None or self._tree.root != str(recording):
+            if self._tree is not None:
+                self._tree.close()
             self._tree = _Tree(str(recording))
             self._tree.refresh()
         return self._tree
+
+    def close(self) -> None:
+        """Let go of the tree's inotify instance (idempotent)."""
+        if self._tree is not None:
+            self._tree.close()
 
     def total(self, recording: Path) -> int:
         tree = self._tree_of(recording)

@@ -557,6 +557,8 @@ class SessionConfinement:
             self._tmp_fd = None
         if self.watch is not None:
             self.watch.close()
+        if self.recording_cap is not None:
+            self.recording_cap.close()
         self._forget_worker()
         if self.entry is not None:
             with contextlib.suppress(OSError):

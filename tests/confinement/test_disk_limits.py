@@ -109,9 +109,7 @@ async def test_a_background_writer_left_by_a_cell_is_stopped_too(workspace: Path
             step = await c.run(python="import time; time.sleep(0.05)\nprint('ran')")
             # a stop between cells takes only what the cells left behind. (A stop decided as a cell
             # ended can still take the worker: the next cell then says it did not run, never passes.)
-            stopped = step.error is not None and (
-                step.error.name == "writes" or "did not run" in step.error.message
-            )
+            stopped = step.error is not None and (step.error.name == "writes" or "did not run" in step.error.message)
             assert step.text.strip() == "ran" or stopped, step
             now = (workspace / "bg.bin").stat().st_size if (workspace / "bg.bin").exists() else 0
             if now == size and now >= limit - 8 * MiB:
@@ -231,6 +229,47 @@ def test_the_recording_cap_cuts_only_what_the_cell_added(tmp_path: Path) -> None
     assert (cells / "cell-002.png").stat().st_size in (0, 4 + MiB)  # an image is never cut in half
     assert (cells / "cell-002.txt").stat().st_size < 3 * MiB  # the cell's text was cut
     assert cap.total(rec) <= cap.low
+
+
+def _walked(rec: Path) -> int:
+    return sum(p.lstat().st_size for p in rec.rglob("*") if not p.is_dir() or p.is_symlink())
+
+
+@pytest.mark.parametrize("watch", ["inotify", "listing", "overflow"])
+def test_the_recording_tree_keeps_its_total_without_listing_every_cell(
+    watch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console_bridge._confinement import _disk, _inotify
+
+    if watch == "listing":  # no inotify (or its watches ran out): changed folders are listed
+        monkeypatch.setattr(_inotify.FolderWatch, "add", lambda self, folder: False)
+    rec = _recording(tmp_path)
+    cells = rec / "capture" / "sessions" / "001"
+    tree = _disk._Tree(str(rec))
+    tree.refresh()
+    listed: list[str] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(_disk.os, "listdir", lambda folder: listed.append(folder) or real_listdir(folder))
+    for n in range(1, 41):
+        (cells / f"cell-{n:03d}.txt").write_bytes(b"c" * (n * 1000))
+        if n == 10:
+            (rec / "outputs" / "001").mkdir(parents=True)  # a folder that appears later
+        if n >= 10:
+            (rec / "outputs" / "001" / f"plot-{n}.png").write_bytes(b"p" * 500)
+        if n == 20:
+            (rec / "transcript.md").write_text("# transcript\n" * 100)  # a spanning file grows
+        if watch == "overflow" and n == 30:
+            tree.watch.overflowed = True  # as after IN_Q_OVERFLOW: everything is listed again
+        changed = tree.refresh()
+        assert str(cells / f"cell-{n:03d}.txt") in changed
+        assert tree.total == _walked(rec), n
+    if watch == "listing":
+        assert len(listed) >= 40  # the cells' folder, every cell
+    else:
+        # watched folders are listed once when found (and all again after an overflow), not per cell
+        assert len(listed) <= (8 if watch == "overflow" else 2), listed
+    tree.close()
+    tree.close()  # idempotent
 
 
 @pytest.mark.anyio
