@@ -42,7 +42,8 @@ async def _never(*_: object) -> Any:
     raise AssertionError("not called")
 
 
-def test_fast_send_takes_only_a_plain_send_after_a_2025_handshake() -> None:
+@pytest.mark.anyio
+async def test_fast_send_takes_only_a_plain_send_after_a_2025_handshake() -> None:
     fast = FastSend(_never, "send", lambda: None)  # type: ignore[arg-type,return-value]
     assert fast.inbound(call(2, {"python": "1"})) is None  # before initialize: the SDK refuses it
     assert fast.inbound(INIT) is None
@@ -51,6 +52,9 @@ def test_fast_send_takes_only_a_plain_send_after_a_2025_handshake() -> None:
     fast.outbound(JSONRPCResponse(jsonrpc="2.0", id=1, result={"protocolVersion": "2025-06-18"}))
     assert fast.version == "2025-06-18"
     assert fast.inbound(call(2, {"python": "1"})) == (2, {"python": "1"})
+    assert fast.inbound(call("2", {"python": "1"})) is None  # "2" and 2 are one id: already in flight
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+    assert fast.cancels(cancel)  # in flight from the moment it was taken
     assert fast.inbound(call("a", {"python": "1"}, {"other": 1})) == ("a", {"python": "1"})
     assert fast.inbound({**call(3, {}), "params": {"name": "send"}}) == (3, {})
     for other in (
