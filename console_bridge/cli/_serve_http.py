@@ -139,7 +139,9 @@ class _Transport(StreamableHTTPServerTransport):
     """The SDK's transport, choosing JSON or SSE per request: the SDK reads this flag while it
     handles the POST (in the request's task, where the gate set ``_PLAIN``); the session's message
     router reads it in the session's own task, where it is False, so no progress notification of a
-    streamed request is ever dropped as if it were a JSON one."""
+    streamed request is ever dropped as if it were a JSON one. (A JSON body carries the first message
+    routed to its request; a plain ``send`` has none before its response: no progressToken, and serve
+    sends no logs or requests to clients.)"""
 
     @property
     def is_json_response_enabled(self) -> bool:
