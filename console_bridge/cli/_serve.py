@@ -39,9 +39,10 @@ from console_bridge.cli._limit_options import limit_options, limits_from_options
 from console_bridge.cli._output import host_line
 from console_bridge.cli._serve_consoles import Consoles
 from console_bridge.cli._serve_contract import Lifetimes
+from console_bridge.cli._serve_fast import FastSend
 from console_bridge.cli._serve_http import LOOPBACK_HOSTS, Gate, GateOptions, make_sdk
 from console_bridge.cli._serve_identity import Identities
-from console_bridge.cli._serve_mcp import Caller, ServeOptions, Template, build_server, learn
+from console_bridge.cli._serve_mcp import Caller, ServeOptions, Template, build_server, learn, tool_calls
 from console_bridge.cli._serve_stdio import pipes_on_stdio, stdio_pipes
 
 __all__ = ["serve_command"]
@@ -135,11 +136,13 @@ async def serve_stdio(config: ServeConfig) -> None:
                 manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout, spare=first
             )
             caller = Caller(identity=identity, session="stdio")
-            server = build_server(consoles, template, lambda _ctx: caller, config.serve_options)
+            calls = tool_calls(consoles, template, config.serve_options)
+            server = build_server(consoles, template, lambda _ctx: caller, config.serve_options, calls)
+            fast = FastSend(calls, template.send.name, lambda: caller)
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(consoles.run)
-                    wire = stdio_pipes() if pipes_on_stdio() else stdio_server()
+                    wire = stdio_pipes(fast=fast) if pipes_on_stdio() else stdio_server()
                     async with wire as (read_stream, write_stream):
                         await server.run(read_stream, write_stream, server.create_initialization_options())
                     tg.cancel_scope.cancel()
@@ -286,6 +289,7 @@ async def _serve_http(
     gate = Gate(consoles=consoles, identities=identities, options=GateOptions(allowed_origins=config.allowed_origins))
     server = build_server(consoles, template, gate.caller, config.serve_options)
     gate.server = server
+    gate.plain_tool = template.send.name
     gate.sdk = make_sdk(
         server,
         # an MCP session outlives its idle console, so a client that comes back is told why it closed
@@ -329,7 +333,7 @@ async def _stop_clients(manager: AsyncSessionManager, consoles: Consoles, gate: 
 
 def _bind_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # proto TCP: asyncio then sets TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -11,11 +11,15 @@ session closes that session's own console. A POST's body is read (bounded) and c
 and SSE, 415 for a body that is not ``application/json``, 400 for one that is not JSON-RPC, however
 malformed: bad UTF-8, nesting 10^5 deep, not an object), so no malformed request gets a 500 or a
 traceback. SSE streams are resumable (``_serve_events``: a priming event, ``retry``, ``Last-Event-ID``).
+A ``send`` within an MCP session that asks for no progress is answered as one JSON body instead
+(:func:`plain_reply`; the transport allows either for any request, and every client must take
+both): no stream, event store or priming event for the hot request, one write less each way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -42,7 +46,7 @@ from console_bridge.cli._serve_events import BoundedEventStore
 from console_bridge.cli._serve_identity import Identities
 from console_bridge.cli._serve_mcp import Caller
 
-__all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "opening_refusal", "origin_allowed"]
+__all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "opening_refusal", "origin_allowed", "plain_reply"]
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _log = logging.getLogger("console_bridge.serve")
@@ -101,6 +105,53 @@ def opening_refusal(headers: dict[str, str], body: bytes) -> tuple[int, str] | N
     return None
 
 
+def plain_reply(headers: dict[str, str], body: bytes, tool: str | None) -> bool:
+    """Whether a POST within an MCP session is answered as one JSON body rather than an SSE stream:
+    a ``tools/call`` of ``tool`` (``send``) in the handshake era with no ``progressToken`` (progress
+    needs the stream), from a client that accepts both (as it must; otherwise the SDK refuses it as
+    before). Everything else, including a malformed body, keeps the SDK's stream."""
+    if (
+        tool is None
+        or headers.get("mcp-protocol-version", HANDSHAKE_PROTOCOL_VERSIONS[0]) not in HANDSHAKE_PROTOCOL_VERSIONS
+    ):
+        return False
+    accept = _media_types(headers.get("accept", ""))
+    if not (accept & {"*/*", "application/*", "application/json"} and accept & {"*/*", "text/*", "text/event-stream"}):
+        return False
+    try:
+        message = pydantic_core.from_json(body)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(message, dict) or message.get("method") != "tools/call" or "id" not in message:
+        return False
+    params = message.get("params")
+    if not isinstance(params, dict) or params.get("name") != tool:
+        return False
+    meta = params.get("_meta")
+    return meta is None or (isinstance(meta, dict) and "progressToken" not in meta)
+
+
+#: Set by the gate, in the request's own task, for a request answered as one JSON body (plain_reply).
+_PLAIN: contextvars.ContextVar[bool] = contextvars.ContextVar("console_bridge_plain_reply", default=False)
+
+
+class _Transport(StreamableHTTPServerTransport):
+    """The SDK's transport, choosing JSON or SSE per request: the SDK reads this flag while it
+    handles the POST (in the request's task, where the gate set ``_PLAIN``); the session's message
+    router reads it in the session's own task, where it is False, so no progress notification of a
+    streamed request is ever dropped as if it were a JSON one. (A JSON body carries the first message
+    routed to its request; a plain ``send`` has none before its response: no progressToken, and serve
+    sends no logs or requests to clients.)"""
+
+    @property
+    def is_json_response_enabled(self) -> bool:
+        return _PLAIN.get()
+
+    @is_json_response_enabled.setter
+    def is_json_response_enabled(self, value: bool) -> None:
+        pass  # the SDK's constructor sets it; the choice is per request
+
+
 IDENTITY_KEY = "console_bridge.identity"  # the ASGI scope key the gate puts the caller's identity under
 
 
@@ -120,6 +171,7 @@ class Gate:
     options: GateOptions = field(default_factory=GateOptions)
     sdk: StreamableHTTPSessionManager | None = None
     server: Server[Any] | None = None
+    plain_tool: str | None = None  # the tool whose calls may be answered as one JSON body (plain_reply)
 
     def caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
         """The identity the gate found for this request, and its MCP session (handshake era only)."""
@@ -165,6 +217,13 @@ class Gate:
                 await _respond(send, *refusal)
                 return
             receive = _replay(messages, receive)
+            if sid is not None and plain_reply(headers, body, self.plain_tool):
+                plain = _PLAIN.set(True)
+                try:
+                    await _forward(self.sdk.handle_request, scope, receive, send)
+                finally:
+                    _PLAIN.reset(plain)
+                return
         status = await _forward(self.sdk.handle_request, scope, receive, send)
         if sid is not None and scope["method"] == "DELETE" and status is not None and status < 400:
             await self.consoles.end_session(sid)
@@ -199,6 +258,7 @@ class _Sessions(StreamableHTTPSessionManager):
         transport = super()._admit_session(requestor)
         if transport is not None and transport.mcp_session_id is not None:
             transport._event_store = self.events.session(transport.mcp_session_id)
+            transport.__class__ = _Transport  # made by the SDK; the subclass only adds the per-request choice
         return transport
 
 

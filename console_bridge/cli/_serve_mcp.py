@@ -56,12 +56,14 @@ __all__ = [
     "Caller",
     "ServeOptions",
     "Template",
+    "ToolCalls",
     "bridge_note",
     "build_server",
     "header_mismatch",
     "instructions_for",
     "learn",
     "to_call_result",
+    "tool_calls",
 ]
 
 SANDBOX_URI = "console://session/sandbox"
@@ -270,34 +272,33 @@ def learn(console: AsyncConsole, lifetimes: Lifetimes) -> Template:
     )
 
 
-def build_server(
-    consoles: Consoles, template: Template, resolve: Resolve, options: ServeOptions | None = None
-) -> Server[Any]:
-    """The MCP server: every client reads ``template``; each call is served by the console its
-    caller names (``console_id``) or its MCP session's own, claimed on first use."""
+#: One tool call as serve answers it, whatever carried it: ``(caller, tool name, arguments, the
+#: request's SDK context when the client asked for progress notifications, else None)``.
+ToolCalls = Callable[
+    [Caller, str, dict[str, Any], "ServerRequestContext[Any, Any] | None"], Awaitable[types.CallToolResult]
+]
+
+
+def tool_calls(consoles: Consoles, template: Template, options: ServeOptions | None = None) -> ToolCalls:
+    """The tools' behaviour, apart from the JSON-RPC layer that carries them: the MCP SDK's server
+    (``build_server``) and the hand-written fast path for ``send`` (``_serve_fast``) both call this,
+    so both keep the same checks, console binding, audit (the console's own tool) and error shapes."""
     opts = options or ServeOptions()
     validator = jsonschema.Draft202012Validator(template.validation)
     lifetimes = consoles.lifetimes
     send_name = template.send.name
 
-    async def list_tools(
-        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=list(template.tools))
-
     async def call_tool(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+        caller: Caller, name: str, arguments: dict[str, Any], progress: ServerRequestContext[Any, Any] | None
     ) -> types.CallToolResult:
-        caller = resolve(ctx)
-        arguments = dict(params.arguments or {})
-        if params.name in (send_name, CLOSE):
+        if name in (send_name, CLOSE):
             mismatch = header_mismatch(caller.console_header, arguments.get(CONSOLE_ID))
             if mismatch is not None:
                 return _tool_error(mismatch)
         try:
-            if params.name == send_name:
-                return await send(ctx, caller, arguments)
-            if params.name == OPEN:
+            if name == send_name:
+                return await send(progress, caller, arguments)
+            if name == OPEN:
                 if arguments:
                     return _tool_error(f"{OPEN} takes no arguments; got {', '.join(sorted(arguments))}")
                 held = await consoles.open(caller.identity)
@@ -312,23 +313,23 @@ def build_server(
                         "languages": list(template.languages),
                     },
                 )
-            if params.name == CLOSE:
+            if name == CLOSE:
                 console_id = arguments.get(CONSOLE_ID)
                 if not isinstance(console_id, str) or set(arguments) != {CONSOLE_ID}:
                     return _tool_error(f"{CLOSE} takes one argument, console_id (a string from {OPEN})")
                 await consoles.close(caller.identity, console_id)
                 return _structured(f"Closed console {console_id}.", {"closed": console_id})
-            if params.name == LIST:
+            if name == LIST:
                 listed = consoles.listing(caller.identity)
                 lines = [f"{c[CONSOLE_ID]}: {c['state']}, {c['age_s']:g} s old" for c in listed] or ["no consoles"]
                 return _structured("\n".join(lines), {"consoles": listed})
         except BridgeError as exc:
             return _tool_error(exc.message)
         offered = ", ".join(t.name for t in template.tools)
-        raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; this server offers {offered}")
+        raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}; this server offers {offered}")
 
     async def send(
-        ctx: ServerRequestContext[Any, Any], caller: Caller, arguments: dict[str, Any]
+        ctx: ServerRequestContext[Any, Any] | None, caller: Caller, arguments: dict[str, Any]
     ) -> types.CallToolResult:
         problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
         if problems:
@@ -354,17 +355,18 @@ def build_server(
         finally:
             held.turn.release()
 
-    async def _run_send(ctx: ServerRequestContext[Any, Any], held: Held, given: dict[str, Any]) -> types.CallToolResult:
+    async def _run_send(
+        ctx: ServerRequestContext[Any, Any] | None, held: Held, given: dict[str, Any]
+    ) -> types.CallToolResult:
         if any(lang in given for lang in ("python", "r", "sql")):
             consoles.observed(held, running=True)  # the cell's time counts from its submission
         window = consoles.window_ms(held)
         if window is not None:
             given["timeout_ms"] = min(window, given.get("timeout_ms", window))
-        token = _progress_token(ctx)
         async with consoles.using(held):
             try:
                 [model_send] = held.console.tools()
-                if token is None:
+                if ctx is None:
                     result = await model_send(given)
                 else:
                     result = await _with_progress(ctx, model_send(given), opts.progress_interval)
@@ -379,6 +381,33 @@ def build_server(
                 raise
         consoles.observed(held, running=bool(getattr(result, "running", False)))
         return to_call_result(result)
+
+    return call_tool
+
+
+def build_server(
+    consoles: Consoles,
+    template: Template,
+    resolve: Resolve,
+    options: ServeOptions | None = None,
+    calls: ToolCalls | None = None,
+) -> Server[Any]:
+    """The MCP server: every client reads ``template``; each call is served by the console its
+    caller names (``console_id``) or its MCP session's own, claimed on first use (``calls``, made
+    here from the same arguments when not given)."""
+    opts = options or ServeOptions()
+    call = calls if calls is not None else tool_calls(consoles, template, opts)
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(template.tools))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        progress = ctx if _progress_token(ctx) is not None else None
+        return await call(resolve(ctx), params.name, dict(params.arguments or {}), progress)
 
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None

@@ -136,6 +136,10 @@ def test_quick_serve_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
     assert report["errors"] == [] and report["cleanup"]["ok"] is True
     assert set(report["warm_rtt"]) == {"raw", "library", "serve", "serve-http"}
     assert report["serve_http_ratio"] > 0
+    assert set(report["target_http"]) == {"threshold", "value", "met"} and set(report["hop_ms"]) == {
+        "serve",
+        "serve-http",
+    }
     assert all(figure["median_ms"] > 0 for figure in report["warm_rtt"].values())
     assert report["target"]["threshold"] == 1.15
     assert "| warm round trip of `1`, serve" in proc.stdout
