@@ -5,12 +5,14 @@ teardown (``close``, ``cancel``). ``AsyncConsole`` is defined in ``_session``.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import anyio
 
 from console_bridge._connection._async import AsyncMcpConnection
+from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
 from console_bridge._console._launch import check_project_config, check_project_overrides, worker_python
 from console_bridge._console._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
 from console_bridge._console._profiles import translate
@@ -18,7 +20,7 @@ from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, pa
 from console_bridge._console._session_state import LANGUAGES, SERVER, ConsoleState
 from console_bridge._console._usage import CellMeter, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
-from console_bridge._console._worker_env import inspect_venv
+from console_bridge._console._worker_env import VenvFacts, inspect_venv
 from console_bridge._errors import (
     BridgeError,
     CallTimeout,
@@ -37,6 +39,10 @@ __all__ = ["ConsoleStart"]
 
 class ConsoleStart(ConsoleState):
     """Starting and stopping an :class:`AsyncConsole` (a layer of the class)."""
+
+    _venv_facts: VenvFacts | None = None  # the worker's Python as inspected on the host (_check_worker_env)
+    _bytecode_linked = 0  # compiled files linked for the worker's bootstrap (_start_planting)
+    _planting: threading.Thread | None = None
 
     def _serve_args(self, binary: Binary, python: Path) -> tuple[list[str], SandboxPolicy]:
         c_args, expected = translate(
@@ -70,6 +76,7 @@ class ConsoleStart(ConsoleState):
         facts = inspect_venv(python, needed, timeout=self.version_timeout)
         if facts is None:
             return
+        self._venv_facts = facts
         if facts.embedding_missing:
             raise LaunchRefused(f"the worker's Python ({python}) cannot run Python cells: {facts.embedding_fix()}")
         if "duckdb" in facts.missing:
@@ -79,6 +86,32 @@ class ConsoleStart(ConsoleState):
                 "an environment that has it; Python cells are unaffected."
             )
             self._notices.append(self._sql_withheld)
+
+    def _start_planting(self) -> None:
+        """Link the compiled files of the modules the worker imports before the startup code to
+        where the worker's ``PYTHONPYCACHEPREFIX`` points (see ``_bytecode``), in a thread of its
+        own: 100 links cost 10-35 ms of mostly file-system waits, which the server's launch hides.
+        The worker starts with the probe, after ``_planted``."""
+        facts = self._venv_facts
+        if facts is None or not facts.search_path or "python" not in self.languages:
+            return
+        prefix = bytecode_prefix(self._confined.cache_dir / "mcp-console")
+
+        def plant() -> None:
+            try:
+                self._bytecode_linked = plant_bytecode(prefix, facts.search_path, facts.cache_tag)
+            except OSError:
+                self._bytecode_linked = 0  # the worker compiles those modules from source, as before
+
+        self._planting = threading.Thread(target=plant, name="console-bridge-bytecode", daemon=True)
+        self._planting.start()
+
+    async def _planted(self) -> None:
+        """Wait for ``_start_planting``'s thread (before the probe, and before the session's
+        folder is removed)."""
+        thread, self._planting = self._planting, None
+        if thread is not None:
+            await anyio.to_thread.run_sync(thread.join)
 
     def _outcome_env(self) -> dict[str, str]:
         """The R hook: an R_PROFILE_USER file (it sources the user's own), outside the denied
@@ -135,6 +168,7 @@ class ConsoleStart(ConsoleState):
                     search_path=self._env.get("PATH") or base_environment().get("PATH"),
                 )
             )
+            self._start_planting()  # overlaps the server's launch; joined before the probe
             argv, self._expected = self._serve_args(binary, python)
             self._tmpdir = self._confined.tmpdir
             env = (
@@ -144,7 +178,7 @@ class ConsoleStart(ConsoleState):
                 | {
                     "TMPDIR": str(self._tmpdir),
                     "MCP_CONSOLE_HOME": str(base),
-                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),
+                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),  # see _start_planting
                     "XDG_CACHE_HOME": str(self._confined.cache_dir),
                 }
                 | self._confined.path_env()
@@ -184,6 +218,7 @@ class ConsoleStart(ConsoleState):
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
             await self._verify(self._conn, binary)
             self._abort_if_closed()
+            await self._planted()
             await self._probe(base)
             self._abort_if_closed()
             self._log_cells = True
@@ -330,6 +365,7 @@ class ConsoleStart(ConsoleState):
         self._observer.events.close()
         if self._observer.outcomes is not None:
             self._observer.outcomes.close()
+        await self._planted()  # (it writes into the session's folder, which release removes)
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,12 +10,14 @@ from pathlib import Path
 __all__ = ["VenvFacts", "inspect_venv", "missing_modules", "venv_interpreter"]
 
 _FIND = (
-    "import importlib.util, sys, sysconfig, os\n"
+    "import importlib.util, json, sys, sysconfig, os\n"
     "missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]\n"
     "print(' '.join(missing))\n"
     "v = sysconfig.get_config_var\n"
     "print(os.path.join(v('LIBDIR') or '', v('LDLIBRARY') or '') if v('Py_ENABLE_SHARED') else '')\n"
     "print('%d.%d' % sys.version_info[:2])\n"
+    "print(sys.implementation.cache_tag or '')\n"
+    "print(json.dumps(sys.path))\n"
 )
 
 
@@ -25,6 +28,8 @@ class VenvFacts:
     missing: tuple[str, ...]
     embedding_library: Path | None  # libpython3.X.so (None: a static build, nothing to check)
     python_version: str
+    cache_tag: str = ""  # sys.implementation.cache_tag, e.g. cpython-311 (its compiled files' names)
+    search_path: tuple[str, ...] = ()  # sys.path of the interpreter run with -I (the worker's, less "")
 
     @property
     def embedding_missing(self) -> bool:
@@ -76,6 +81,11 @@ def inspect_venv(prefix: Path, modules: tuple[str, ...] = (), *, timeout: float 
         return None
     if done.returncode != 0:
         return None
-    lines = [*done.stdout.splitlines(), "", "", ""]
+    lines = [*done.stdout.splitlines(), "", "", "", "", ""]
     library = Path(lines[1].strip()) if lines[1].strip() else None
-    return VenvFacts(tuple(lines[0].split()), library, lines[2].strip())
+    try:
+        found = json.loads(lines[4])
+    except ValueError:
+        found = []
+    search_path = tuple(item for item in found if isinstance(item, str)) if isinstance(found, list) else ()
+    return VenvFacts(tuple(lines[0].split()), library, lines[2].strip(), lines[3].strip(), search_path)
