@@ -26,6 +26,7 @@ def _console_bridge_bytecode():
     # and that cells could not be trusted to share: every import compiled from source, every
     # session. Imports read the environments' own __pycache__ (compiled by pip, read-only to
     # cells) instead, and the bridge writes no bytecode anywhere; Python started by a cell too.
+    # (What the worker imported before this code read links the host put under that prefix: _bytecode.)
     import os, sys
     sys.pycache_prefix = None
     sys.dont_write_bytecode = True
