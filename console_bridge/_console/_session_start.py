@@ -20,7 +20,7 @@ from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, pa
 from console_bridge._console._session_state import LANGUAGES, SERVER, ConsoleState
 from console_bridge._console._usage import CellMeter, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
-from console_bridge._console._worker_env import VenvFacts, inspect_venv
+from console_bridge._console._worker_env import VenvFacts, checked_venv
 from console_bridge._errors import (
     BridgeError,
     CallTimeout,
@@ -73,7 +73,7 @@ class ConsoleStart(ConsoleState):
         if "python" not in self.languages:
             return
         needed = ("duckdb",) if "sql" in self.languages else ()
-        facts = inspect_venv(python, needed, timeout=self.version_timeout)
+        facts = checked_venv(python, needed, timeout=self.version_timeout)
         if facts is None:
             return
         self._venv_facts = facts
@@ -95,10 +95,12 @@ class ConsoleStart(ConsoleState):
         facts = self._venv_facts
         if facts is None or not facts.search_path or "python" not in self.languages:
             return
-        prefix = bytecode_prefix(self._confined.cache_dir / "mcp-console")
+        cache = self._confined.cache_dir
+        prefix = bytecode_prefix(cache / "mcp-console")
 
         def plant() -> None:
             try:
+                cache.mkdir(mode=0o700, exist_ok=True)  # as supervision() makes it
                 self._bytecode_linked = plant_bytecode(prefix, facts.search_path, facts.cache_tag)
             except OSError:
                 self._bytecode_linked = 0  # the worker compiles those modules from source, as before
@@ -156,6 +158,7 @@ class ConsoleStart(ConsoleState):
                     writable=self._profile.base == "workspace" or bool(self._roots) or bool(self._profile_writable()),
                 )
             )
+            self._start_planting()  # overlaps the view's build and the server's launch; joined before the probe
             supervision = await anyio.to_thread.run_sync(
                 lambda: self._confined.supervision(
                     recording_base=base,
@@ -168,7 +171,6 @@ class ConsoleStart(ConsoleState):
                     search_path=self._env.get("PATH") or base_environment().get("PATH"),
                 )
             )
-            self._start_planting()  # overlaps the server's launch; joined before the probe
             argv, self._expected = self._serve_args(binary, python)
             self._tmpdir = self._confined.tmpdir
             env = (
