@@ -141,9 +141,9 @@ def _console_bridge_displays(path):
     # each display() become a MIME bundle, appended as one JSON line to outputs.jsonl; stdout
     # gets its text/plain framed by noncharacters (_cells.DISPLAY_*) so the bridge knows where
     # it was shown. IPython's own display() is redirected here when a cell imports it.
-    import base64, builtins, itertools, json, os, secrets, sys
+    import base64, builtins, itertools, json, os, sys
 
-    token = secrets.token_hex(4)
+    token = os.urandom(4).hex()  # (not secrets: it imports hashlib and OpenSSL at every worker start)
     counter = itertools.count(1)
     methods = (
         ("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"), ("text/latex", "_repr_latex_"),
@@ -273,7 +273,7 @@ def _console_bridge_tables(emit):
     # from its _fallback_show, then print()s a text grid. The rows fetched there are kept, and
     # that print() (looked up in the worker's SQL module) shows the grid as the cell's result,
     # with an HTML table and the rows beside it (CellResult.table).
-    import builtins, html, sys
+    import builtins, sys
 
     pending = []
     width = 10_000
@@ -285,10 +285,12 @@ def _console_bridge_tables(emit):
         return text if len(text) <= width else text[: width - 1] + "\u2026"
 
     def shown(value):
+        import html
         return "NULL" if value is None else html.escape(str(value))
 
     def framed_print(*args, **kwargs):
         if pending and len(args) == 1 and isinstance(args[0], str) and not kwargs:
+            import html  # (imported on the first table, not at every worker start)
             table = pending.pop()
             head = "".join(f"<th>{html.escape(str(name))}</th>" for name in table["columns"])
             body = "".join(
