@@ -152,7 +152,9 @@ def child(kind: str, binary: str, scratch: str) -> int:
             marks["result"] = time.time()
             out["cold_ms"] = (time.perf_counter() - began) * 1000
             mpl = await client.send(python=MPL_CELL)
+            closing = time.perf_counter()
             await client.close()
+            out["close_ms"] = (time.perf_counter() - closing) * 1000
         else:
             import psutil
 
@@ -177,7 +179,9 @@ def child(kind: str, binary: str, scratch: str) -> int:
                 shim = f"/proc/{console.pid}/root{path}"
                 if path.startswith("/.console-bridge/") and os.path.isdir(shim):  # noqa: ASYNC240
                     out["path_links"] = {name: os.readlink(os.path.join(shim, name)) for name in os.listdir(shim)}
+            closing = time.perf_counter()
             await console.close()
+            out["close_ms"] = (time.perf_counter() - closing) * 1000
         try:
             out["pandas_cell_ms"] = _number(pandas)
             out["mpl_cell_ms"] = _number(mpl)
@@ -364,6 +368,7 @@ def main() -> int:
             "imports_ratio_to_host": imp / host_imports if host_imports else None,
             "start_ms": start,
             "probe_ms": probe,
+            "close_ms": _median([s["close_ms"] for s in runs]),
             "breakdown_ms": breakdown,
             "samples": runs,
         }
@@ -376,6 +381,12 @@ def main() -> int:
         print(f"\nwhere {name}'s cold start went (medians of each segment, ms; server events in its own clock):")
         for label, value in report[name]["breakdown_ms"].items():
             print(f"  {value:8.1f}  {label}")
+        # the session's start as the first user cell sees it: until the pandas cell starts in the worker
+        first_cell = "cell_started#1" if name == "raw" else "cell_started#2"
+        until = [(s["marks"][first_cell] - s["marks"]["t0"]) * 1000 for s in samples[name] if first_cell in s["marks"]]
+        report[name]["to_first_cell_ms"] = _median(until)
+        print(f"  {_fmt(report[name]['to_first_cell_ms']):>8}  constructor to the pandas cell starting in the worker")
+        print(f"  {_fmt(report[name]['close_ms']):>8}  close() after the two cells")
     targets = {}
     for name in variants:
         entry = report[name[0]]
