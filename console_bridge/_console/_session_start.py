@@ -5,6 +5,7 @@ teardown (``close``, ``cancel``). ``AsyncConsole`` is defined in ``_session``.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ class ConsoleStart(ConsoleState):
     _venv_facts: VenvFacts | None = None  # the worker's Python as inspected on the host (_check_worker_env)
     _bytecode_linked = 0  # compiled files linked for the worker's bootstrap (_start_planting)
     _planting: threading.Thread | None = None
+    _bytecode_prefix: Path | None = None  # the links' folder while they are there
 
     def _serve_args(self, binary: Binary, python: Path) -> tuple[list[str], SandboxPolicy]:
         c_args, expected = translate(
@@ -90,8 +92,8 @@ class ConsoleStart(ConsoleState):
     def _start_planting(self) -> None:
         """Link the compiled files of the modules the worker imports before the startup code to
         where the worker's ``PYTHONPYCACHEPREFIX`` points (see ``_bytecode``), in a thread of its
-        own: 100 links cost 10-35 ms of mostly file-system waits, which the server's launch hides.
-        The worker starts with the probe, after ``_planted``."""
+        own: about 100 links cost 10-80 ms of file-system work, which the view's build and the
+        server's launch hide. The worker starts with the probe, after ``_planted``."""
         facts = self._venv_facts
         if facts is None or not facts.search_path or "python" not in self.languages:
             return
@@ -105,12 +107,25 @@ class ConsoleStart(ConsoleState):
             except OSError:
                 self._bytecode_linked = 0  # the worker compiles those modules from source, as before
 
+        self._bytecode_prefix = prefix
         self._planting = threading.Thread(target=plant, name="console-bridge-bytecode", daemon=True)
         self._planting.start()
 
+    def _start_unplanting(self) -> None:
+        """Once the worker has booted (the probe ran), the links have served: remove them in a thread
+        while the first cells run. Left for the end, removing their 25-40 folders and links made a
+        loaded host's ``close()`` 100-400 ms slower. A worker started again later (a restart)
+        compiles its bootstrap from source, as it did before the links."""
+        prefix, self._bytecode_prefix = self._bytecode_prefix, None
+        if prefix is None:
+            return
+        self._planting = threading.Thread(
+            target=lambda: shutil.rmtree(prefix, ignore_errors=True), name="console-bridge-bytecode", daemon=True
+        )
+        self._planting.start()
+
     async def _planted(self) -> None:
-        """Wait for ``_start_planting``'s thread (before the probe, and before the session's
-        folder is removed)."""
+        """Wait for the links' thread (before the probe, and before the session's folder is removed)."""
         thread, self._planting = self._planting, None
         if thread is not None:
             await anyio.to_thread.run_sync(thread.join)
@@ -222,6 +237,7 @@ class ConsoleStart(ConsoleState):
             self._abort_if_closed()
             await self._planted()
             await self._probe(base)
+            self._start_unplanting()
             self._abort_if_closed()
             self._log_cells = True
         except Exception:
@@ -367,7 +383,7 @@ class ConsoleStart(ConsoleState):
         self._observer.events.close()
         if self._observer.outcomes is not None:
             self._observer.outcomes.close()
-        await self._planted()  # (it writes into the session's folder, which release removes)
+        await self._planted()  # (it works in the session's folder, which release removes)
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 

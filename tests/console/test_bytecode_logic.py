@@ -43,7 +43,8 @@ def test_links_follow_the_prefix_layout_and_the_search_order(tmp_path: Path) -> 
     modules = ("alpha", "pkg", "pkg.sub", "stale", "missing", "alpha.not_a_package")
     assert plant_bytecode(prefix, [str(first), "relative", str(second)], TAG, modules) == 3
     link = Path(str(prefix) + str(first)) / f"alpha.{TAG}.pyc"
-    assert link.is_symlink() and os.readlink(link) == str(first / "__pycache__" / f"alpha.{TAG}.pyc")
+    assert link.is_symlink() and os.path.realpath(link) == os.path.realpath(first / "__pycache__" / f"alpha.{TAG}.pyc")
+    assert len(os.readlink(link)) < 60  # short enough to live in the inode (ext4): no block to allocate or free
     assert (Path(str(prefix) + str(second / "pkg")) / f"__init__.{TAG}.pyc").is_symlink()
     assert (Path(str(prefix) + str(second / "pkg")) / f"sub.{TAG}.pyc").is_symlink()
     assert not Path(str(prefix) + str(second)).joinpath(f"alpha.{TAG}.pyc").exists()
