@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from console_bridge._console._bytecode import BOOT_MODULES, bytecode_prefix, plant_bytecode
 
 TAG = sys.implementation.cache_tag
@@ -57,6 +59,8 @@ def test_links_follow_the_prefix_layout_and_the_search_order(tmp_path: Path) -> 
 def test_the_link_is_where_python_itself_looks(tmp_path: Path) -> None:
     """The path of each link equals importlib's cache path with the prefix set (checked in a child
     interpreter started with -X pycache_prefix=...), for modules of the real standard library."""
+    if not os.path.isfile(importlib.util.cache_from_source(json.__file__)):
+        pytest.skip("this interpreter's standard library has no compiled files to link")
     prefix = tmp_path / "bytecode"
     # (a module frozen into this interpreter is never read from a file: its link would go unused)
     modules = [name for name in BOOT_MODULES if getattr(importlib.util.find_spec(name), "origin", None) != "frozen"]
