@@ -97,6 +97,8 @@ class ConsoleStart(ConsoleState):
         facts = self._venv_facts
         if facts is None or not facts.search_path or "python" not in self.languages:
             return
+        if self.dependencies != "deny":
+            return  # mcp-console's package preparation manages that cache then: the bridge stays out of it
         cache = self._confined.cache_dir
         prefix = bytecode_prefix(cache / "mcp-console")
 

@@ -57,3 +57,13 @@ async def test_the_bootstrap_reads_linked_bytecode_and_duckdb_waits_for_sql(
         assert cursor.error is None and cursor.text.strip() == "[(7,)]"
         loaded = await console.run(python="import sys; print('duckdb' in sys.modules)")
         assert loaded.text.strip() == "True"
+
+
+async def test_no_links_where_mcp_console_prepares_packages(mcp_console, workspace, recordings):
+    """With dependencies='allow' mcp-console's package preparation manages its bytecode cache: the
+    bridge plants nothing there (and removes nothing)."""
+    _, binary = mcp_console
+    async with AsyncConsole(workspace, command=binary, recordings_dir=recordings, dependencies="allow") as console:
+        assert console._bytecode_linked == 0 and console._bytecode_prefix is None
+        result = await console.run(python="print(6 * 7)")
+        assert result.error is None and result.text.strip() == "42"
