@@ -26,6 +26,7 @@ def _console_bridge_bytecode():
     # and that cells could not be trusted to share: every import compiled from source, every
     # session. Imports read the environments' own __pycache__ (compiled by pip, read-only to
     # cells) instead, and the bridge writes no bytecode anywhere; Python started by a cell too.
+    # (What the worker imported before this code read links the host put under that prefix: _bytecode.)
     import os, sys
     sys.pycache_prefix = None
     sys.dont_write_bytecode = True
@@ -140,9 +141,9 @@ def _console_bridge_displays(path):
     # each display() become a MIME bundle, appended as one JSON line to outputs.jsonl; stdout
     # gets its text/plain framed by noncharacters (_cells.DISPLAY_*) so the bridge knows where
     # it was shown. IPython's own display() is redirected here when a cell imports it.
-    import base64, builtins, itertools, json, os, secrets, sys
+    import base64, builtins, itertools, json, os, sys
 
-    token = secrets.token_hex(4)
+    token = os.urandom(4).hex()  # (not secrets: it imports hashlib and OpenSSL at every worker start)
     counter = itertools.count(1)
     methods = (
         ("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"), ("text/latex", "_repr_latex_"),
@@ -272,7 +273,7 @@ def _console_bridge_tables(emit):
     # from its _fallback_show, then print()s a text grid. The rows fetched there are kept, and
     # that print() (looked up in the worker's SQL module) shows the grid as the cell's result,
     # with an HTML table and the rows beside it (CellResult.table).
-    import builtins, html, sys
+    import builtins, sys
 
     pending = []
     width = 10_000
@@ -284,10 +285,12 @@ def _console_bridge_tables(emit):
         return text if len(text) <= width else text[: width - 1] + "\u2026"
 
     def shown(value):
+        import html
         return "NULL" if value is None else html.escape(str(value))
 
     def framed_print(*args, **kwargs):
         if pending and len(args) == 1 and isinstance(args[0], str) and not kwargs:
+            import html  # (imported on the first table, not at every worker start)
             table = pending.pop()
             head = "".join(f"<th>{html.escape(str(name))}</th>" for name in table["columns"])
             body = "".join(
@@ -443,59 +446,91 @@ def _console_bridge_install(_dir_name, _want_sql):
         _console.sql_connection(NoSQL())
         return
 
-    if _want_sql:
+    # DuckDB is imported and connected on the first SQL use, not here: importing it at every
+    # worker start cost 60-100 ms of each cold start, for sessions that may never run SQL. The
+    # host checked beforehand that the worker's Python finds duckdb (_worker_env).
+    loaded = {}
+
+    def duckdb_error():
+        module = loaded.get("duckdb")
+        return module.Error if module is not None else ()
+
+    def connect():
         try:
             import duckdb
         except Exception as exc:
-            record({"type": "notice", "topic": "sql",
-                    "message": f"SQL is withheld: duckdb cannot be imported in the worker's Python "
-                               f"({sys.executable}): {exc}. Install it there (pip install duckdb, or "
-                               f"console-bridge[datascience])."})
-            _console.sql_connection(NoSQL())
-            return
+            message = (f"SQL is withheld: duckdb cannot be imported in the worker's Python ({sys.executable}): "
+                       f"{exc}. Install it there (pip install duckdb, or console-bridge[datascience]).")
+            record({"type": "notice", "topic": "sql", "message": message})
+            error = RuntimeError(message)
+            failure("sql", error)
+            raise error from None
+        loaded["duckdb"] = duckdb
+        return duckdb.connect()
 
-        class Connection:
-            """The worker's DuckDB connection; a failing call is recorded, then raised as before."""
+    class Connection:
+        """The worker's DuckDB connection, made on first use; a failing call is recorded, then raised."""
 
-            def __init__(self, connection):
-                self._connection = connection
+        def __init__(self, make):
+            self._console_bridge_make = make
+            self._console_bridge_made = None
 
-            def _call(self, name, *args, **kwargs):
-                try:
-                    value = getattr(self._connection, name)(*args, **kwargs)
-                except duckdb.Error as exc:
-                    failure("sql", exc)
-                    raise
-                return self if value is self._connection else value
+        @property
+        def _connection(self):
+            made = self._console_bridge_made
+            if made is None:
+                make = self._console_bridge_make
+                if make is None:
+                    raise RuntimeError("this DuckDB cursor is closed")
+                made = self._console_bridge_made = make()
+            return made
 
-            def execute(self, *args, **kwargs):
-                return self._call("execute", *args, **kwargs)
+        def _call(self, name, *args, **kwargs):
+            connection = self._connection
+            try:
+                value = getattr(connection, name)(*args, **kwargs)
+            except duckdb_error() as exc:
+                failure("sql", exc)
+                raise
+            return self if value is connection else value
 
-            def sql(self, *args, **kwargs):
-                return self._call("sql", *args, **kwargs)
+        def execute(self, *args, **kwargs):
+            return self._call("execute", *args, **kwargs)
 
-            def query(self, *args, **kwargs):
-                return self._call("query", *args, **kwargs)
+        def sql(self, *args, **kwargs):
+            return self._call("sql", *args, **kwargs)
 
-            def fetchmany(self, *args, **kwargs):
-                rows = self._call("fetchmany", *args, **kwargs)
-                capture_table(self._connection.description, rows)
-                return rows
+        def query(self, *args, **kwargs):
+            return self._call("query", *args, **kwargs)
 
-            def cursor(self, *args, **kwargs):
-                return Connection(self._connection.cursor(*args, **kwargs))
+        def fetchmany(self, *args, **kwargs):
+            rows = self._call("fetchmany", *args, **kwargs)
+            capture_table(self._connection.description, rows)
+            return rows
 
-            def __getattr__(self, name):
-                value = getattr(self._connection, name)
-                if not callable(value) or name.startswith("_"):
-                    return value
+        def cursor(self, *args, **kwargs):
+            # Lazy too: the worker checks the startup connection by making and closing a cursor.
+            return Connection(lambda: self._connection.cursor(*args, **kwargs))
 
-                def call(*args, **kwargs):
-                    return self._call(name, *args, **kwargs)
+        def close(self):
+            if self._console_bridge_made is None:
+                self._console_bridge_make = None  # never connected: nothing to close
+                return None
+            return self._call("close")
 
-                return call
+        def __getattr__(self, name):
+            if name.startswith("_console_bridge_") or name == "_connection":
+                raise AttributeError(name)  # (also when making the connection raised AttributeError)
+            value = getattr(self._connection, name)
+            if not callable(value) or name.startswith("_"):
+                return value
 
-        _console.sql_connection(Connection(duckdb.connect()))
+            def call(*args, **kwargs):
+                return self._call(name, *args, **kwargs)
+
+            return call
+
+    _console.sql_connection(Connection(connect))
 
 
 _console_bridge_install(%(dir)s, %(sql)s)

@@ -5,12 +5,15 @@ teardown (``close``, ``cancel``). ``AsyncConsole`` is defined in ``_session``.
 
 from __future__ import annotations
 
+import shutil
+import threading
 import time
 from pathlib import Path
 
 import anyio
 
 from console_bridge._connection._async import AsyncMcpConnection
+from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
 from console_bridge._console._launch import check_project_config, check_project_overrides, worker_python
 from console_bridge._console._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
 from console_bridge._console._profiles import translate
@@ -18,7 +21,7 @@ from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, pa
 from console_bridge._console._session_state import LANGUAGES, SERVER, ConsoleState
 from console_bridge._console._usage import CellMeter, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
-from console_bridge._console._worker_env import inspect_venv
+from console_bridge._console._worker_env import VenvFacts, checked_venv
 from console_bridge._errors import (
     BridgeError,
     CallTimeout,
@@ -37,6 +40,11 @@ __all__ = ["ConsoleStart"]
 
 class ConsoleStart(ConsoleState):
     """Starting and stopping an :class:`AsyncConsole` (a layer of the class)."""
+
+    _venv_facts: VenvFacts | None = None  # the worker's Python as inspected on the host (_check_worker_env)
+    _bytecode_linked = 0  # compiled files linked for the worker's bootstrap (_start_planting)
+    _planting: threading.Thread | None = None
+    _bytecode_prefix: Path | None = None  # the links' folder while they are there
 
     def _serve_args(self, binary: Binary, python: Path) -> tuple[list[str], SandboxPolicy]:
         c_args, expected = translate(
@@ -67,9 +75,10 @@ class ConsoleStart(ConsoleState):
         if "python" not in self.languages:
             return
         needed = ("duckdb",) if "sql" in self.languages else ()
-        facts = inspect_venv(python, needed, timeout=self.version_timeout)
+        facts = checked_venv(python, needed, timeout=self.version_timeout)
         if facts is None:
             return
+        self._venv_facts = facts
         if facts.embedding_missing:
             raise LaunchRefused(f"the worker's Python ({python}) cannot run Python cells: {facts.embedding_fix()}")
         if "duckdb" in facts.missing:
@@ -79,6 +88,49 @@ class ConsoleStart(ConsoleState):
                 "an environment that has it; Python cells are unaffected."
             )
             self._notices.append(self._sql_withheld)
+
+    def _start_planting(self) -> None:
+        """Link the compiled files of the modules the worker imports before the startup code to
+        where the worker's ``PYTHONPYCACHEPREFIX`` points (see ``_bytecode``), in a thread of its
+        own: about 100 links cost 10-80 ms of file-system work, which the view's build and the
+        server's launch hide. The worker starts with the probe, after ``_planted``."""
+        facts = self._venv_facts
+        if facts is None or not facts.search_path or "python" not in self.languages:
+            return
+        if self.dependencies != "deny":
+            return  # mcp-console's package preparation manages that cache then: the bridge stays out of it
+        cache = self._confined.cache_dir
+        prefix = bytecode_prefix(cache / "mcp-console")
+
+        def plant() -> None:
+            try:
+                cache.mkdir(mode=0o700, exist_ok=True)  # as supervision() makes it
+                self._bytecode_linked = plant_bytecode(prefix, facts.search_path, facts.cache_tag)
+            except OSError:
+                self._bytecode_linked = 0  # the worker compiles those modules from source, as before
+
+        self._bytecode_prefix = prefix
+        self._planting = threading.Thread(target=plant, name="console-bridge-bytecode", daemon=True)
+        self._planting.start()
+
+    def _start_unplanting(self) -> None:
+        """Once the worker has booted (the probe ran), the links have served: remove them in a thread
+        while the first cells run. Left for the end, removing their 25-40 folders and links made a
+        loaded host's ``close()`` 100-400 ms slower. A worker started again later (a restart)
+        compiles its bootstrap from source, as it did before the links."""
+        prefix, self._bytecode_prefix = self._bytecode_prefix, None
+        if prefix is None:
+            return
+        self._planting = threading.Thread(
+            target=lambda: shutil.rmtree(prefix, ignore_errors=True), name="console-bridge-bytecode", daemon=True
+        )
+        self._planting.start()
+
+    async def _planted(self) -> None:
+        """Wait for the links' thread (before the probe, and before the session's folder is removed)."""
+        thread, self._planting = self._planting, None
+        if thread is not None:
+            await anyio.to_thread.run_sync(thread.join)
 
     def _outcome_env(self) -> dict[str, str]:
         """The R hook: an R_PROFILE_USER file (it sources the user's own), outside the denied
@@ -123,6 +175,7 @@ class ConsoleStart(ConsoleState):
                     writable=self._profile.base == "workspace" or bool(self._roots) or bool(self._profile_writable()),
                 )
             )
+            self._start_planting()  # overlaps the view's build and the server's launch; joined before the probe
             supervision = await anyio.to_thread.run_sync(
                 lambda: self._confined.supervision(
                     recording_base=base,
@@ -144,7 +197,7 @@ class ConsoleStart(ConsoleState):
                 | {
                     "TMPDIR": str(self._tmpdir),
                     "MCP_CONSOLE_HOME": str(base),
-                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),
+                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),  # see _start_planting
                     "XDG_CACHE_HOME": str(self._confined.cache_dir),
                 }
                 | self._confined.path_env()
@@ -184,7 +237,9 @@ class ConsoleStart(ConsoleState):
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
             await self._verify(self._conn, binary)
             self._abort_if_closed()
+            await self._planted()
             await self._probe(base)
+            self._start_unplanting()
             self._abort_if_closed()
             self._log_cells = True
         except Exception:
@@ -330,6 +385,7 @@ class ConsoleStart(ConsoleState):
         self._observer.events.close()
         if self._observer.outcomes is not None:
             self._observer.outcomes.close()
+        await self._planted()  # (it works in the session's folder, which release removes)
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 

@@ -66,3 +66,28 @@ def test_cli_python_file_exits_0_and_sql_file_gives_the_notice(bare_venv: Path, 
     sql = run("q.sql")
     assert sql.returncode == 1
     assert "SQL is withheld" in sql.stderr and "duckdb" in sql.stderr
+
+
+def test_the_check_is_answered_again_until_the_venv_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """checked_venv runs the interpreter once, then again only when a folder of its sys.path changed
+    (a package installed there)."""
+    import console_bridge._console._worker_env as worker_env
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    runs: list[Path] = []
+    original = worker_env.inspect_venv
+
+    def counted(prefix: Path, *args: object, **kwargs: object) -> object:
+        runs.append(prefix)
+        return original(prefix, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(worker_env, "inspect_venv", counted)
+    first = worker_env.checked_venv(venv, ("duckdb_probe_module",))
+    assert first is not None and first.missing == ("duckdb_probe_module",) and len(runs) == 1
+    assert worker_env.checked_venv(venv, ("duckdb_probe_module",)) is first and len(runs) == 1
+    site = next(Path(p) for p in first.search_path if p.endswith("site-packages") and p.startswith(str(venv)))
+    (site / "duckdb_probe_module").mkdir()
+    (site / "duckdb_probe_module" / "__init__.py").write_text("")
+    again = worker_env.checked_venv(venv, ("duckdb_probe_module",))
+    assert again is not None and again.missing == () and len(runs) == 2

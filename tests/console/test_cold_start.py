@@ -1,0 +1,69 @@
+"""What a session's worker does before the first cell: the modules of its own bootstrap come from
+the environment's compiled files (linked by the host into a folder cells cannot write), and DuckDB
+is imported only when SQL is first used."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from console_bridge import AsyncConsole
+from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
+
+# json is imported by the worker's bootstrap, while PYTHONPYCACHEPREFIX is still in effect: its
+# spec names the compiled file the worker looked for (under the prefix).
+_BOOT = """
+import json, os, sys
+cached = json.__spec__.cached
+try:
+    with open(os.path.join(os.environ["CB_CACHE"], "planted.cpython-311.pyc"), "wb") as handle:
+        handle.write(b"x")
+    writable = True
+except OSError as error:
+    writable = error.strerror
+print(json.dumps({"cached": cached, "writable": writable, "duckdb": "duckdb" in sys.modules}))
+"""
+
+
+async def test_the_bootstrap_reads_linked_bytecode_and_duckdb_waits_for_sql(
+    mcp_console, workspace, recordings, tmp_path
+):
+    _, binary = mcp_console
+    async with AsyncConsole(workspace, command=binary, recordings_dir=recordings) as console:
+        facts = console._venv_facts
+        assert facts is not None
+        # the host linked what it could find compiled (counted again here, into a folder of the test's)
+        assert console._bytecode_linked == plant_bytecode(tmp_path / "again", facts.search_path, facts.cache_tag)
+        prefix = bytecode_prefix(console._confined.cache_dir / "mcp-console")
+        cache = console._confined.cache_dir / "mcp-console"
+        boot = await console.run(python=f"import os; os.environ['CB_CACHE'] = {str(cache)!r}\n" + _BOOT)
+        facts = json.loads(boot.text)
+        # the worker looked for json's compiled file where the host put the link (test_bytecode_logic
+        # shows that a link there is what Python reads); the links are removed once the worker booted
+        assert facts["cached"].startswith(str(prefix) + "/"), facts
+        assert facts["writable"] == "Read-only file system", facts  # cells cannot plant bytecode there
+        assert facts["duckdb"] is False, facts  # not imported at start
+
+        table = await console.run(sql="select 42 as answer")
+        assert table.error is None and table.table is not None and list(map(list, table.table.rows)) == [[42]]
+        failed = await console.run(sql="select * from no_such_table")
+        assert failed.error is not None and failed.error.name == "Catalog Error"
+        cursor = await console.run(
+            python="c = _console.sql_connection().cursor(); print(c.execute('select 7').fetchall()); c.close()"
+        )
+        assert cursor.error is None and cursor.text.strip() == "[(7,)]"
+        loaded = await console.run(python="import sys; print('duckdb' in sys.modules)")
+        assert loaded.text.strip() == "True"
+
+
+async def test_no_links_where_mcp_console_prepares_packages(mcp_console, workspace, recordings):
+    """With dependencies='allow' mcp-console's package preparation manages its bytecode cache: the
+    bridge plants nothing there (and removes nothing)."""
+    _, binary = mcp_console
+    async with AsyncConsole(workspace, command=binary, recordings_dir=recordings, dependencies="allow") as console:
+        assert console._bytecode_linked == 0 and console._bytecode_prefix is None
+        result = await console.run(python="print(6 * 7)")
+        assert result.error is None and result.text.strip() == "42"
