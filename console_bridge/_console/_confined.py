@@ -284,18 +284,30 @@ class SessionConfinement:
         """Before a cell: remember the limit counters; put a new worker under the process limit;
         let the server's raw output grow only as far as the recording's total allows."""
         self._counters = self._read_counters()
-        if self.confinement is not None and (
-            self.confinement.cgroups.cells is not None
-            or "fsize" in self.confinement.rlimits
-            or "nproc" in self.confinement.child_rlimits
-            or self.watch is not None
-        ):
+        if self._adopts():
             self._place_worker()
         if self.watch is not None:
             self._watch_hits = dict(self.watch.hits)
             self.watch.set_running(True)
         if self.recording_cap is not None and self.entry is not None and self.entry.recording:
             self.recording_cap.before_cell(Path(self.entry.recording), self.entry.server_pid)
+
+    def _adopts(self) -> bool:
+        """Does this session adopt its worker (a cells group, rlimits to set on it, a write watch)?"""
+        return self.confinement is not None and (
+            self.confinement.cgroups.cells is not None
+            or "fsize" in self.confinement.rlimits
+            or "nproc" in self.confinement.child_rlimits
+            or self.watch is not None
+        )
+
+    def adopt_early(self) -> bool:
+        """While the probe boots the worker: adopt it once it exists, so its cgroup move (12-17 ms
+        on cgroup v1) is off the first cell's path. True when there is nothing (more) to do."""
+        if not self._adopts():
+            return True
+        self._place_worker()
+        return self._worker is not None
 
     def _place_worker(self) -> None:
         """Adopt a (new) worker process: move it into the nested process-limit group, and lift
@@ -307,9 +319,8 @@ class SessionConfinement:
         self._forget_worker()
         if self.entry is None or self.entry.supervisor_pid is None or self.confinement is None:
             return
-        try:
-            tree = psutil.Process(self.entry.supervisor_pid).children(recursive=True)
-        except psutil.Error:
+        tree = _descendants(self.entry.supervisor_pid)
+        if tree is None:
             return
         for proc in tree:
             with contextlib.suppress(psutil.Error):
@@ -566,3 +577,36 @@ class SessionConfinement:
                     shutil.rmtree(self.entry.path, ignore_errors=True)
         if self.confinement is not None:
             self.confinement.release()
+
+
+def _descendants(pid: int) -> list[psutil.Process] | None:
+    """The processes below ``pid``, from the kernel's per-thread ``children`` lists (a walk of the
+    session's own tree, a dozen reads); psutil's walk of every process where those lists are not
+    there (a kernel without CONFIG_PROC_CHILDREN). None when ``pid`` is gone."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return None
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        with contextlib.suppress(psutil.Error):
+            return root.children(recursive=True)
+        return None
+    found: list[psutil.Process] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as listing:
+                    children = [int(child) for child in listing.read().split()]
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                with contextlib.suppress(psutil.Error):
+                    found.append(psutil.Process(child))
+                    stack.append(child)
+    return found

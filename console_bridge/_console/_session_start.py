@@ -5,12 +5,14 @@ teardown (``close``, ``cancel``). ``AsyncConsole`` is defined in ``_session``.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
 from pathlib import Path
 
 import anyio
+import psutil
 
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
@@ -361,7 +363,10 @@ class ConsoleStart(ConsoleState):
         code = await anyio.to_thread.run_sync(lambda: self._confined.probe_cell(base, workspace_writable, language))
         conn = self._require("probe")
         began = time.perf_counter()
-        result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._adopt_during_probe)
+            result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+            tg.cancel_scope.cancel()  # (an adoption under way finishes first: its thread is not abandoned)
         self._probe_ms = (time.perf_counter() - began) * 1000
         if result.running:
             raise CallTimeout(
@@ -371,6 +376,13 @@ class ConsoleStart(ConsoleState):
                 pid=conn.pid,
             )
         self._probe_checked = self._confined.check_probe(result.text, server=SERVER, pid=conn.pid)
+
+    async def _adopt_during_probe(self) -> None:
+        """Look for the worker every 10 ms while the probe boots it; the first cell adopts it
+        otherwise (``SessionConfinement.mark``)."""
+        with contextlib.suppress(OSError, psutil.Error):  # (the first cell tries again, and says why)
+            while not await anyio.to_thread.run_sync(self._confined.adopt_early):
+                await anyio.sleep(0.01)
 
     async def _teardown(self, *, cancel: bool) -> None:
         conn = self._conn

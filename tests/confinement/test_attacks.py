@@ -132,6 +132,26 @@ def test_profile_deny_read_is_validated(tmp_path: Path) -> None:
         AsyncConsole(tmp_path, profile=str(profile))
 
 
+@pytest.mark.anyio
+@pytest.mark.console
+async def test_the_worker_is_under_the_process_limit_when_start_returns(workspace: Path, recordings: Path) -> None:
+    """The worker the probe booted is adopted while the probe runs (its cgroup move off the
+    first cell's path): when start() returns it already holds the cells' process limit."""
+    async with _console(workspace, limits=Limits(processes=64), recordings_dir=recordings) as console:
+        confined = console._confined
+        assert confined.confinement is not None
+        worker = confined._worker
+        assert worker is not None and worker.cmdline()[1] == "worker"
+        cells = confined.confinement.cgroups.cells
+        if cells is not None:  # a nested cells group (cgroup v1, a systemd scope)
+            assert str(worker.pid) in (cells / "cgroup.procs").read_text().split()
+        else:  # the user-namespace rlimit
+            assert "nproc" in confined.confinement.child_rlimits
+            assert worker.rlimit(psutil.RLIMIT_NPROC) == (64, 64)
+        assert (await console.run(python="1 + 1")).text.strip() == "2"
+        assert confined._worker is worker  # the first cell found it adopted
+
+
 async def test_fork_bomb_stops_at_the_process_limit(tmp_path: Path, workspace: Path, recordings: Path) -> None:
     code = textwrap.dedent(
         """\
