@@ -91,10 +91,15 @@ def sessions_root() -> Path:
     return root
 
 
+def bridge_cache_dir() -> Path:
+    """console-bridge's cache folder (``CONSOLE_BRIDGE_CACHE_DIR``, else the user's cache folder)."""
+    folder = Path(os.environ.get("CONSOLE_BRIDGE_CACHE_DIR") or platformdirs.user_cache_dir("console-bridge"))
+    return folder.expanduser().absolute()
+
+
 def r_hooks_dir() -> Path:
     """Files the sandboxed R worker must read (outside the denied state folder): one per session."""
-    folder = Path(os.environ.get("CONSOLE_BRIDGE_CACHE_DIR") or platformdirs.user_cache_dir("console-bridge"))
-    folder = folder.expanduser().absolute() / "r-hooks"
+    folder = bridge_cache_dir() / "r-hooks"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

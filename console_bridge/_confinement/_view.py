@@ -67,6 +67,8 @@ class View:
     #: The server's PATH, when commands are hidden: one folder of symlinks to ``path_dirs``' entries.
     path_dirs: tuple[str, ...] = ()
     hidden_commands: tuple[str, ...] = ()
+    #: A host folder already holding those symlinks (``_path_shim.cached_shim``), bound read-only.
+    shim_source: str = ""
 
     @property
     def search_path(self) -> str | None:
@@ -98,7 +100,9 @@ class View:
         steps.append({"op": "proc", "path": "/proc"})
         if self.tmpdir:
             steps.append({"op": "tmpfs", "path": self.tmpdir, "mode": 0o700, "size": self.tmpdir_size})
-        if self.hidden_commands:
+        if self.hidden_commands and self.shim_source:
+            steps.append({"op": "bind", "source": self.shim_source, "path": SHIM_DIR, "writable": False})
+        elif self.hidden_commands:
             steps.append(
                 {"op": "shim", "path": SHIM_DIR, "sources": list(self.path_dirs), "hide": list(self.hidden_commands)}
             )

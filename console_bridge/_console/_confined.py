@@ -8,6 +8,7 @@ not MCP); this module ties them to a console session.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import shutil
@@ -23,8 +24,9 @@ import psutil
 from console_bridge._confinement._deny import deny_paths, expand_deny, parse_probe, probe_code_for
 from console_bridge._confinement._disk import FolderUsage, RecordingCap, WriteWatch, kill_cells
 from console_bridge._confinement._limits import Limits
+from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
-from console_bridge._confinement._registry import SessionEntry, r_hooks_dir, register, state_dir
+from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir, r_hooks_dir, register, state_dir
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._environments import session_environments
 from console_bridge._console._limit_text import fork_refused, limit_text, out_of_memory
@@ -116,6 +118,10 @@ class SessionConfinement:
             search_path=search_path,
             hide_commands=() if "r" in languages else ("R", "Rscript"),
         )
+        if self.view.hidden_commands:
+            shim = cached_shim(bridge_cache_dir(), self.view.path_dirs, self.view.hidden_commands)
+            if shim is not None:
+                self.view = dataclasses.replace(self.view, shim_source=str(shim))
         default_recordings = Path(platformdirs.user_data_dir("console-bridge"))
         denied = deny_paths(
             workspace=self.workspace,
@@ -225,7 +231,7 @@ class SessionConfinement:
         folder and every denied path that exists."""
         assert self.entry is not None
         reads: list[str] = []
-        cache = Path(os.environ.get("CONSOLE_BRIDGE_CACHE_DIR") or platformdirs.user_cache_dir("console-bridge"))
+        cache = bridge_cache_dir()
         for item in (self.entry.path, recording_base, cache):
             canary = self._plant(item)
             if canary is not None:

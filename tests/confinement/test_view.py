@@ -144,3 +144,59 @@ async def test_read_roots_are_validated_like_writable_roots(tmp_path: Path, work
         AsyncConsole(workspace, read_roots=[tmp_path / "missing"])
     with pytest.raises(LaunchRefused, match="sequence"):
         AsyncConsole(workspace, read_roots=str(tmp_path))  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------- the PATH of a session without R
+
+
+async def test_a_session_without_r_gets_a_read_only_path_without_r(
+    workspace: Path, recordings: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its PATH is one folder of symlinks to the host's commands but R (made once in the bridge's
+    cache and bound read-only, the cache's host path unnamed in the view)."""
+    from console_bridge._confinement._view import SHIM_DIR
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CONSOLE_BRIDGE_CACHE_DIR", str(cache))
+    code = (
+        "import os, shutil, subprocess\n"
+        "print('R', shutil.which('R'), shutil.which('Rscript'))\n"
+        "print('ls', shutil.which('ls'), subprocess.run(['ls', '/'], capture_output=True, text=True).returncode)\n"
+        "try:\n"
+        f"    open({SHIM_DIR!r} + '/planted', 'w')\n"
+        "except OSError as exc:\n"
+        "    print('write', type(exc).__name__, exc.errno)\n"
+        f"print('cache', os.path.exists({str(cache)!r}))\n"
+    )
+    async with _console(workspace, recordings_dir=recordings, languages=("python",)) as console:
+        out = await console.run(python=code)
+    lines = dict(line.split(" ", 1) for line in out.text.splitlines())
+    assert lines["R"] == "None None", out.text
+    assert lines["ls"] == f"{SHIM_DIR}/ls 0", out.text
+    assert lines["write"] == "OSError 30", out.text  # EROFS
+    assert lines["cache"] == "False", out.text
+    [shim] = (cache / "path-shims").iterdir()
+    assert not (shim / "planted").exists() and not (shim / "R").exists() and (shim / "ls").is_symlink()
+
+
+def test_the_path_shim_is_made_once_per_path_and_only_used_when_it_is_ours(tmp_path: Path) -> None:
+    from console_bridge._confinement._path_shim import cached_shim
+
+    bin_a, bin_b = tmp_path / "a", tmp_path / "b"
+    for folder, names in ((bin_a, ("ls", "R", "cat")), (bin_b, ("ls", "tool"))):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_text("")
+    cache = tmp_path / "cache"
+    shim = cached_shim(cache, [str(bin_a), str(bin_b)], ["R"])
+    assert shim is not None
+    assert sorted(p.name for p in shim.iterdir()) == ["cat", "ls", "tool"]
+    assert os.readlink(shim / "ls") == f"{bin_a}/ls"  # the first folder wins, as PATH does
+    assert cached_shim(cache, [str(bin_a), str(bin_b)], ["R"]) == shim  # reused
+    (bin_b / "new").write_text("")  # a command added: the folder's mtime changed
+    fresh = cached_shim(cache, [str(bin_a), str(bin_b)], ["R"])
+    assert fresh is not None and fresh != shim and (fresh / "new").is_symlink()
+    fresh.chmod(0o777)  # writable by others: never used as it is
+    again = cached_shim(cache, [str(bin_a), str(bin_b)], ["R"])
+    assert again is None or not (again.stat().st_mode & 0o022)
+    assert not [p for p in (cache / "path-shims").iterdir() if p.name.startswith(".build-")]
