@@ -26,6 +26,7 @@ from console_bridge._confinement._disk import FolderUsage, RecordingCap, WriteWa
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
+from console_bridge._confinement._proctree import descendants
 from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir, r_hooks_dir, register, state_dir
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._environments import session_environments
@@ -325,7 +326,7 @@ class SessionConfinement:
         self._forget_worker()
         if self.entry is None or self.entry.supervisor_pid is None or self.confinement is None:
             return
-        tree = _descendants(self.entry.supervisor_pid)
+        tree = descendants(self.entry.supervisor_pid)
         if tree is None:
             return
         for proc in tree:
@@ -583,36 +584,3 @@ class SessionConfinement:
                     shutil.rmtree(self.entry.path, ignore_errors=True)
         if self.confinement is not None:
             self.confinement.release()
-
-
-def _descendants(pid: int) -> list[psutil.Process] | None:
-    """The processes below ``pid``, from the kernel's per-thread ``children`` lists (a walk of the
-    session's own tree, a dozen reads); psutil's walk of every process where those lists are not
-    there (a kernel without CONFIG_PROC_CHILDREN). None when ``pid`` is gone."""
-    try:
-        root = psutil.Process(pid)
-    except psutil.Error:
-        return None
-    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
-        with contextlib.suppress(psutil.Error):
-            return root.children(recursive=True)
-        return None
-    found: list[psutil.Process] = []
-    stack = [pid]
-    while stack:
-        parent = stack.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children", "rb") as listing:
-                    children = [int(child) for child in listing.read().split()]
-            except (OSError, ValueError):
-                continue
-            for child in children:
-                with contextlib.suppress(psutil.Error):
-                    found.append(psutil.Process(child))
-                    stack.append(child)
-    return found
