@@ -352,6 +352,7 @@ class RecordingCap:
         self.limit = limit
         self.reserve = min(32 << 20, max(256 << 10, limit // 8))
         self.low, self.high = limit - self.reserve, limit - self.reserve // 2
+        self._slack = min(256 << 10, self.reserve // 4)
         self._tree: _Tree | None = None
         self._server: tuple[int, psutil.Process] | None = None
         self._soft: int | None = None
@@ -385,8 +386,11 @@ class RecordingCap:
             return
         soft = max(self.high - tree.total, tree.largest_spanning + (64 << 10))
         soft = max(1 << 20, min(self.limit, soft))
-        if self._soft is not None and abs(soft - self._soft) < (256 << 10) and soft >= self._soft:
-            return  # (within a quarter MiB above: not worth a system call)
+        if self._soft is not None and abs(soft - self._soft) < self._slack:
+            # Not worth two system calls a cell (the transcript and events grow by a few KiB each
+            # cell): a soft limit up to the slack above what is left is held by the reserve, and
+            # the cut after the cell keeps the total either way.
+            return
         with contextlib.suppress(psutil.Error, OSError, ValueError):
             if self._server is None or self._server[0] != server_pid:
                 self._server = (server_pid, psutil.Process(server_pid))
