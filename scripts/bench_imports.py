@@ -43,6 +43,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.child import Child  # scripts/ is on sys.path when a script runs
+
+SCRIPT = Path(__file__).resolve()  # each Child runs this script's --child mode
+
 HERE = Path(__file__).resolve().parent
 PANDAS_CELL = (
     "import time as _t\n_s = _t.perf_counter()\nimport pandas\nprint(round((_t.perf_counter() - _s) * 1000, 3))"
@@ -205,44 +209,6 @@ def child(kind: str, binary: str, scratch: str) -> int:
 
 
 # ----------------------------------------------------------------------------- driver
-class Child:
-    def __init__(self, kind: str, pythonpath: str | None, binary: str, scratch: str) -> None:
-        env = dict(os.environ)
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath
-        else:
-            env.pop("PYTHONPATH", None)
-        self.kind = kind
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--binary", binary, "--scratch", scratch],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd="/",
-        )
-
-    def run(self, **request: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.kind}: the child exited ({self.proc.wait()})")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise RuntimeError(f"{self.kind}: {reply['error']}")
-        return reply
-
-    def stop(self) -> None:
-        with contextlib.suppress(RuntimeError, BrokenPipeError, ValueError):
-            self.run(quit=True)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 def host_once() -> dict[str, float]:
     """A fresh interpreter of this venv: ``-c "import pandas"`` from spawn to exit, then the two imports
     timed inside another fresh one."""
@@ -298,9 +264,9 @@ def main() -> int:
     variants = [tuple(v.split("=", 1)) for v in args.variant] or [("bridge", str(HERE.parent))]
     scratch = tempfile.mkdtemp(prefix="cb-bench-imports-")
     load = [os.getloadavg()[0]]
-    children = {name: Child(name, str(Path(path).resolve()), args.binary, scratch) for name, path in variants}
+    children = {name: Child(SCRIPT, name, str(Path(path).resolve()), args.binary, scratch) for name, path in variants}
     if not args.no_raw:
-        children["raw"] = Child("raw", None, args.binary, scratch)
+        children["raw"] = Child(SCRIPT, "raw", None, args.binary, scratch)
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in [*children, "host"]}
     raw_request: dict[str, Any] = {}
     try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import resource
@@ -31,6 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.child import Child  # scripts/ is on sys.path when a script runs
+
+SCRIPT = Path(__file__).resolve()  # each Child runs this script's --child mode
 
 HERE = Path(__file__).resolve().parent
 TRIVIAL = "1"
@@ -193,40 +196,6 @@ def _apply_plan_cost(console: Any, reps: int = 5) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- driver
-class Child:
-    def __init__(self, kind: str, pythonpath: str | None, binary: str, scratch: str) -> None:
-        env = dict(os.environ)
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath
-        else:
-            env.pop("PYTHONPATH", None)
-        self.kind = kind
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--binary", binary, "--scratch", scratch],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd="/",
-        )
-
-    def run(self, **request: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.kind}: the child exited ({self.proc.wait()})")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise RuntimeError(f"{self.kind}: {reply['error']}")
-        return reply
-
-    def stop(self) -> None:
-        with contextlib.suppress(RuntimeError, BrokenPipeError, ValueError):
-            self.run(quit=True)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -245,8 +214,8 @@ def main() -> int:
     variants = [tuple(v.split("=", 1)) for v in args.variant] or [("bridge", str(HERE.parent))]
     scratch = tempfile.mkdtemp(prefix="cb-bench-view-")
     load = [os.getloadavg()[0]]
-    children = {name: Child(name, path, args.binary, scratch) for name, path in variants}
-    children["raw"] = Child("raw", None, args.binary, scratch)
+    children = {name: Child(SCRIPT, name, path, args.binary, scratch) for name, path in variants}
+    children["raw"] = Child(SCRIPT, "raw", None, args.binary, scratch)
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in children}
     try:
         first = children[variants[0][0]].run()

@@ -217,7 +217,7 @@ def apply_plan(plan: dict[str, Any]) -> None:
         elif kind == "proc":
             _bind("/proc", target, writable=True)
         elif kind == "shim":
-            _shim(target, [str(source) for source in step["sources"]], set(step["hide"]))
+            fill_shim(target, [str(source) for source in step["sources"]], set(step["hide"]))
         else:
             raise SetupError(f"unknown mount plan step {kind!r}")
     if os.path.lexists(root + "/.cb-empty"):  # the masks hold it; nothing else needs its name
@@ -225,7 +225,7 @@ def apply_plan(plan: dict[str, Any]) -> None:
     _pivot(root)
 
 
-def _shim(target: str, sources: list[str], hide: set[str]) -> None:
+def fill_shim(target: str, sources: list[str], hide: set[str]) -> None:
     """A PATH folder of symlinks to every command of ``sources`` (first one wins) but ``hide``."""
     _makedirs(target)
     made: set[str] = set(hide)

@@ -21,6 +21,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from console_bridge._confinement._namespaces import SetupError, fill_shim
+
 __all__ = ["cached_shim"]
 
 _UNUSED = 30 * 86400  # seconds since a shim folder was last used: then it is removed
@@ -36,20 +38,6 @@ def _key(sources: Sequence[str], hide: Sequence[str]) -> str:
             continue
         parts.append(f"{source}:{info.st_dev}:{info.st_ino}:{info.st_mtime_ns}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
-
-
-def _fill(target: str, sources: Sequence[str], hide: Sequence[str]) -> None:
-    """What ``_namespaces._shim`` makes in a view, made here (first folder wins)."""
-    made: set[str] = set(hide)
-    for source in sources:
-        try:
-            names = os.listdir(source)
-        except OSError:
-            continue
-        for name in names:
-            if name not in made:
-                made.add(name)
-                os.symlink(f"{source}/{name}", f"{target}/{name}")
 
 
 def _ours(path: Path) -> bool:
@@ -77,9 +65,9 @@ def cached_shim(cache: Path, sources: Sequence[str], hide: Sequence[str]) -> Pat
         return None
     try:
         os.chmod(scratch, 0o755)
-        _fill(scratch, sources, hide)
+        fill_shim(scratch, list(sources), set(hide))  # what a view made itself, made once here
         os.rename(scratch, final)
-    except OSError:
+    except (OSError, SetupError):
         shutil.rmtree(scratch, ignore_errors=True)  # (another start renamed its own first: use it)
     _prune(parent, keep=final)
     return final if _ours(final) else None
