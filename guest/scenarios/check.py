@@ -416,6 +416,11 @@ def check_attacks(report: Report, base: Path) -> None:
             d["why"] = f"ended with {err['kind']} {err['name']}: {err['message']}" if err else "no error"
             try:
                 after = console.run(python="1+1", timeout=120)
+                if after.text.strip() != "2" and "[running" in after.text:
+                    # (seen once in the user service after the memory kill: the next cell came back
+                    # with mcp-console's "running" notice in its text; a known issue, see the
+                    # closing note of session 3): settled and retried like a Busy, recorded as such.
+                    raise RuntimeError(f"the next cell came back still running: {after.text.strip()!r}")
             except Exception as exc:
                 # (seen once in four runs after the fork bomb: Busy while forked copies of the worker
                 # exit). The session must still go on once it settled: one retry, recorded as such.
