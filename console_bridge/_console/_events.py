@@ -6,6 +6,12 @@ The server's recording can: it logs ``cell_ended`` (0.0.6) and ``cell_output`` (
 versions) when a cell finishes, before the ``tool_result`` of the call that saw it
 finish. The recording lives outside the sandbox's writable locations, so a cell
 cannot write it. :class:`EventTail` follows ``events.jsonl`` incrementally.
+
+An end counts only for a cell the bridge has not already seen finish: the server can log the
+end of a killed cell late, after the call that reported the worker's death, and that end must
+not make the next cell look finished while it still runs. Cells are named by
+``owner.session_id``/``owner.cell_id`` (0.0.6; a new worker is a new session) or by the
+``call_id`` that started them (0.0.5).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from typing import Any
 __all__ = ["CallEvents", "EventTail", "events_file"]
 
 _NL_ENDED = (b'\n{"event":"cell_ended"', b'\n{"event":"cell_output"')
+_END_LINE = re.compile(rb'\n\{"event":"cell_(?:ended|output)"[^\n]*')
+_OWNER = re.compile(rb'"owner":\{"session_id":(\d+),"cell_id":(\d+)')
+_CALL_ID = re.compile(rb'"call_id":(\d+)')
 _NL_STARTED = b'\n{"event":"cell_started"'
 _NL_RESULT = b'\n{"event":"tool_result"'
 _CONTENT = b'"result":{"content":[{"type":"text","text":"'
@@ -73,11 +82,20 @@ class EventTail:
         # found with one bytes.find; the events a call waits for are few lines among many).
         self._buffer = b"\n"
         self._fd: int | None = None
+        # The cells already seen to finish (ends of these are stale) and the latest seen to start.
+        self._closed_cell: tuple[int, int] = (-1, -1)
+        self._closed_call = -1
+        self._latest_cell: tuple[int, int] = (-1, -1)
+        self._latest_call = -1
+        self._ended_key: tuple[str, tuple[int, int]] | None = None
 
     def attach(self, path: Path) -> None:
         if self.path != path:
             self.close()
             self.path, self._offset, self._partial, self._ended, self._buffer = path, 0, b"", False, b"\n"
+            self._closed_cell = self._latest_cell = (-1, -1)
+            self._closed_call = self._latest_call = -1
+            self._ended_key = None
 
     def close(self) -> None:
         """Close the kept file (the tail can be attached again)."""
@@ -123,10 +141,40 @@ class EventTail:
     def _note(self, buffer: bytes, start: int, end: int) -> None:
         """Note the cell ends and starts among the lines of ``buffer[start:end]``."""
         if buffer.find(_NL_ENDED[0], start, end) >= 0 or buffer.find(_NL_ENDED[1], start, end) >= 0:
-            self._ended = True
+            for match in _END_LINE.finditer(buffer, start, end):
+                key = _cell_key(match.group())
+                if not self._stale(key):
+                    self._ended = True
+                    self._ended_key = key
         at = buffer.rfind(_NL_STARTED, start, end)
         if at >= 0:
-            self._started_at = _timestamp(buffer[at + 1 : buffer.find(b"\n", at + 1)])
+            line = buffer[at + 1 : buffer.find(b"\n", at + 1)]
+            self._started_at = _timestamp(line)
+            key = _cell_key(line)
+            if key is not None and key[0] == "cell":
+                self._latest_cell = max(self._latest_cell, key[1])
+
+    def _stale(self, key: tuple[str, tuple[int, int]] | None) -> bool:
+        """Whether an end names a cell already seen to finish (an unnamed end always counts)."""
+        if key is None:
+            return False
+        kind, name = key
+        return name <= self._closed_cell if kind == "cell" else name[0] <= self._closed_call
+
+    def _close(self, key: tuple[str, tuple[int, int]] | None) -> None:
+        if key is not None:
+            kind, name = key
+            if kind == "cell":
+                self._closed_cell = max(self._closed_cell, name)
+            else:
+                self._closed_call = max(self._closed_call, name[0])
+
+    def finished(self) -> None:
+        """The call just returned by :meth:`next_call` saw its cell finish, whatever the recording
+        says (the worker died, or the server reported the end some other way): any end of that
+        cell, or of an earlier one, logged from now on is late and belongs to no later call."""
+        self._closed_cell = max(self._closed_cell, self._latest_cell)
+        self._closed_call = max(self._closed_call, self._latest_call)
 
     def next_call(self, text: str) -> CallEvents | None:
         """The events up to the ``tool_result`` whose text is ``text``; None when not (yet) recorded.
@@ -141,7 +189,13 @@ class EventTail:
             line_end = buffer.find(b"\n", hit + 1)  # every line in the buffer is complete
             line = buffer[hit + 1 : line_end]
             position = line_end
+            call = _CALL_ID.search(line, 0, 64)
+            if call is not None:
+                self._latest_call = max(self._latest_call, int(call.group(1)))
             ended, self._ended = self._ended, False
+            if ended:
+                self._close(self._ended_key)
+            self._ended_key = None
             started, self._started_at = self._started_at, None
             if _same_text(line, want, whole=len(text) <= _COMPARE):
                 self._buffer = buffer[position:]
@@ -149,6 +203,18 @@ class EventTail:
         self._note(buffer, position, len(buffer))
         self._buffer = b"\n"
         return None
+
+
+def _cell_key(line: bytes) -> tuple[str, tuple[int, int]] | None:
+    """The cell an event line names: ``("cell", (session_id, cell_id))`` (0.0.6), else
+    ``("call", (call_id, 0))`` (0.0.5: the call that started it), else None."""
+    owner = _OWNER.search(line)
+    if owner is not None:
+        return "cell", (int(owner.group(1)), int(owner.group(2)))
+    call = _CALL_ID.search(line)
+    if call is not None:
+        return "call", (int(call.group(1)), 0)
+    return None
 
 
 def _same_text(line: bytes, want: str, *, whole: bool) -> bool:

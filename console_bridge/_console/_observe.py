@@ -287,6 +287,8 @@ class CellObserver:
         error: CellFailure | None = None
         unknown_done = ended is None and not (notice.running or notice.waiting_for_input)
         finished = bool(ended) or notice.worker_exited or unknown_done
+        if finished and events is not None:
+            self.events.finished()  # a late end of this cell must not end the next one
         if self.last_started_at is None and not finished and self._mark is not None and self.outcomes is not None:
             # 0.0.5 records no cell start: the startup code notes when it finished (the first cell starts then).
             self.last_started_at = self.outcomes.read_since(self._mark).ready_at

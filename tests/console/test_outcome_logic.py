@@ -251,3 +251,86 @@ def test_a_worker_killed_by_a_signal_is_an_exit_with_a_negative_status() -> None
     failure = worker_exited_failure("python", notice.exit_status)
     assert failure.kind == "worker_exited" and "signal 9" in failure.message and "did not run" in failure.message
     assert "status 3" in worker_exited_failure("python", 3).message
+
+
+def test_a_late_end_of_a_killed_cell_does_not_end_the_next_one(tmp_path: Path) -> None:
+    """Seen in the guest after the memory limit killed a worker: the server logged the killed
+    cell's end during the next call, and that cell, still running, came back as finished with the
+    server's "[running; ...]" notice in its text. An end counts only for a cell not yet finished."""
+    events = tmp_path / "events.jsonl"
+
+    def line(event: str, **fields: object) -> str:
+        return json.dumps({"event": event, **fields}, separators=(",", ":")) + "\n"
+
+    def owner(session: int, cell: int) -> dict[str, object]:
+        return {"session_id": session, "cell_id": cell, "interval": "cell"}
+
+    def result(call: int, text: str) -> str:
+        return line("tool_result", call_id=call, result={"content": [{"type": "text", "text": text}]})
+
+    running = "2\n\n[elapsed: 2.9s since admission]\n[running; poll with an empty send]"
+    tail = EventTail()
+    tail.attach(events)
+    with open(events, "w") as handle:  # the hog's call: the worker died, no end logged yet
+        handle.write(line("cell_started", call_id=7, owner=owner(1, 5)) + result(7, "[worker exited]"))
+    killed = tail.next_call("[worker exited]")
+    assert killed is not None and not killed.ended
+    tail.finished()  # the bridge saw the worker's death: that cell is over
+    with open(events, "a") as handle:  # the next call: the late end, then the new cell, still running
+        handle.write(line("cell_output", owner=owner(1, 5), call_id=7))
+        handle.write(line("cell_ended", call_id=7, owner=owner(1, 5)))
+        handle.write(line("worker_started", session_id=2))
+        handle.write(line("cell_started", call_id=8, owner=owner(2, 1)) + result(8, running))
+    nxt = tail.next_call(running)
+    assert nxt is not None and not nxt.ended
+    with open(events, "a") as handle:  # its poll sees its own end
+        handle.write(line("cell_ended", call_id=8, owner=owner(2, 1)) + result(9, ""))
+        handle.write(line("cell_output", owner=owner(2, 1), call_id=8))  # the pair's second, after
+        handle.write(line("cell_started", call_id=10, owner=owner(2, 2)) + result(10, "[running]"))
+    polled = tail.next_call("")
+    assert polled is not None and polled.ended
+    later = tail.next_call("[running]")  # the first cell's trailing cell_output does not end this one
+    assert later is not None and not later.ended
+    # 0.0.5 names cells by the call that started them: the same holds
+    old = tmp_path / "old.jsonl"
+    tail.attach(old)
+    old.write_text(result(3, "[worker exited]"))
+    assert (found := tail.next_call("[worker exited]")) is not None and not found.ended
+    tail.finished()
+    with open(old, "a") as handle:
+        handle.write(line("cell_output", call_id=3, path="outputs/call-000003.log") + result(4, running))
+        handle.write(line("cell_output", call_id=4, path="outputs/call-000004.log") + result(5, "x"))
+    assert (found := tail.next_call(running)) is not None and not found.ended
+    assert (found := tail.next_call("x")) is not None and found.ended
+
+
+@pytest.mark.anyio
+async def test_the_observer_keeps_a_cell_running_past_a_late_end_of_the_killed_one(tmp_path: Path) -> None:
+    """The same, through the observer: a call that reports the worker's death closes its cell, so
+    the cell after it reads as running (run() polls on) and not as finished."""
+    from console_bridge._console._observe import CellObserver
+    from console_bridge._console._recordings import Recording
+    from console_bridge._results import ToolResult
+
+    (tmp_path / "capture").mkdir()
+    events = tmp_path / "capture" / "events.jsonl"
+
+    def line(event: str, **fields: object) -> str:
+        return json.dumps({"event": event, **fields}, separators=(",", ":")) + "\n"
+
+    def result(call: int, text: str) -> str:
+        return line("tool_result", call_id=call, result={"content": [{"type": "text", "text": text}]})
+
+    owner = {"session_id": 1, "cell_id": 5, "interval": "cell"}
+    death = "[worker terminated by signal 9]"
+    running = "2\n\n[elapsed: 2.9s since admission]\n[running; poll with an empty send]"
+    events.write_text(line("cell_started", call_id=7, owner=owner) + result(7, death))
+    observer = CellObserver(lambda: Recording("run", tmp_path), lambda _recording: None, events_wait=2.0)
+    killed = await observer.observe(ToolResult(text=death, is_error=True), 0.0)
+    assert killed.worker_exited and not killed.running
+    with open(events, "a") as handle:
+        handle.write(line("cell_output", owner=owner, call_id=7) + line("cell_ended", call_id=7, owner=owner))
+        second = {**owner, "session_id": 2, "cell_id": 1}
+        handle.write(line("cell_started", call_id=8, owner=second) + result(8, running))
+    nxt = await observer.observe(ToolResult(text=running), 0.0)
+    assert nxt.running and nxt.text == "2\n"
