@@ -38,6 +38,9 @@ def test_ctrl_c_interrupts_the_cell_keeps_the_session_and_reraises(mcp_console, 
         f"""
         import os, signal, threading
         from console_bridge import Console
+        # Ctrl-C raises KeyboardInterrupt even where the test runs as a background job (which starts
+        # its children with SIGINT ignored, and Python then installs no handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with Console({str(tmp_path)!r}, command={str(mcp_console[1])!r}, recordings_dir={str(tmp_path / "rec")!r},
                      poll_window=30) as console:
             console.run(python="kept = 'still here'")
