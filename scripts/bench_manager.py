@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 import psutil
+from bench.stats import percentile  # scripts/bench/, beside this script
 
 from console_bridge import AsyncConsole, AsyncSessionManager, Owner
 
@@ -38,13 +39,6 @@ PLANS = {
 }
 #: Seconds any single wait in this section may take before the section fails.
 STEP_BOUND = 120.0
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered), max(1, -(-len(ordered) * q // 100))) - 1]
 
 
 def _ms(seconds: float) -> float:
@@ -128,8 +122,8 @@ async def latency(scratch: _Scratch, options: dict[str, Any], plan: dict[str, in
             cold.append(time.perf_counter() - started)
     log(f"  miss: {_ms(statistics.median(misses))} ms; plain cold start: {_ms(statistics.median(cold))} ms")
     return {
-        "warm_claim_p50_ms": _ms(_pct(hits, 50) or 0.0),
-        "warm_claim_p99_ms": _ms(_pct(hits, 99) or 0.0),
+        "warm_claim_p50_ms": _ms(percentile(hits, 0.5) or 0.0),
+        "warm_claim_p99_ms": _ms(percentile(hits, 0.99) or 0.0),
         "warm_claim_only_p50_ms": claim_only.p50_ms,
         "warm_claim_only_p99_ms": claim_only.p99_ms,
         "miss_claim_median_ms": _ms(statistics.median(misses)),

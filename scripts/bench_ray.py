@@ -30,6 +30,8 @@ import psutil
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read at import: loopback node addresses
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+from bench.stats import percentile  # scripts/bench/, beside this script
+
 from console_bridge import AsyncConsole, AsyncSessionManager, Owner  # noqa: E402, RUF100
 
 TARGETS = {"added_round_trip_p50_ms": 2.0}
@@ -38,11 +40,6 @@ PLANS = {
     "full": {"round_trips": 200, "sessions": 32, "cells": 20},
 }
 NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered), max(1, -(-len(ordered) * q // 100))) - 1]
 
 
 def _servers(binary: Path) -> set[int]:
@@ -133,8 +130,8 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
         rt = {
             "remote_p50_ms": round(statistics.median(remote_ms), 3),
             "local_p50_ms": round(statistics.median(local_ms), 3),
-            "remote_p95_ms": round(_pct(remote_ms, 95), 3),
-            "local_p95_ms": round(_pct(local_ms, 95), 3),
+            "remote_p95_ms": round(percentile(remote_ms, 0.95) or 0.0, 3),
+            "local_p95_ms": round(percentile(local_ms, 0.95) or 0.0, 3),
         }
         rt["added_p50_ms"] = round(rt["remote_p50_ms"] - rt["local_p50_ms"], 3)
         rt["added_p95_ms"] = round(rt["remote_p95_ms"] - rt["local_p95_ms"], 3)

@@ -11,8 +11,14 @@ own session of the same binary:
 - serve-http: the same client over Streamable HTTP (``streamable_http_client``, the 2025 handshake,
   a bearer token) against ``console-bridge serve --transport http`` on 127.0.0.1.
 
+- floor-stdio, floor-http: the same client against ``scripts/bench/floor_server.py``, a server that
+  answers every call with ``1`` at once: what the client, the transport and two process wake-ups
+  cost with no server work at all.
+
 Target: serve median <= 1.15 x raw median, over stdio (``target``) and over HTTP (``target_http``);
-``hop_ms`` is each serve median less the library's (what the second MCP hop adds).
+``hop_ms`` is each serve median less the library's (what the second MCP hop adds); ``serve_own_ms``
+that less the floor (what serve's own work adds); ``best_ratio`` is (library + floor) / raw, the
+least serve could reach over that transport if its own work cost nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any
 
 import anyio
 import psutil
+from bench.stats import percentile  # scripts/bench/, beside this script
 
 TARGET = 1.15
 #: The bridge's startup code frames rich results and stderr with Unicode noncharacters (bench.py too).
@@ -49,11 +56,6 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered), max(1, -(-len(ordered) * q // 100))) - 1]
-
-
 def _leftover_children() -> list[psutil.Process]:
     out = []
     for proc in psutil.Process().children(recursive=True):
@@ -61,6 +63,33 @@ def _leftover_children() -> list[psutil.Process]:
             if proc.status() != psutil.STATUS_ZOMBIE:
                 out.append(proc)
     return out
+
+
+FLOOR_SERVER = Path(__file__).resolve().parent / "bench" / "floor_server.py"
+
+
+def _start_floor_http() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(FLOOR_SERVER), "http"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http://127.0.0.1:"):
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"floor_server.py http did not start (printed {url!r})")
+    return proc, url
+
+
+@contextlib.asynccontextmanager
+async def _floor_http() -> AsyncIterator[str]:
+    """Yields the URL of ``floor_server.py http`` (a subprocess, as serve is); killed at the end."""
+    proc, url = await anyio.to_thread.run_sync(_start_floor_http)
+    try:
+        yield url
+    finally:
+        proc.kill()
+        await anyio.to_thread.run_sync(proc.wait, STEP_BOUND)
 
 
 def _start_http(command: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
@@ -116,7 +145,9 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
     tempfile.tempdir = str(folders["tmp"])
     os.environ["CONSOLE_BRIDGE_STATE_DIR"] = str(folders["state"])
     report: dict[str, Any] = {"plan": plan, "errors": []}
-    times: dict[str, list[float]] = {"raw": [], "library": [], "serve": [], "serve-http": []}
+    times: dict[str, list[float]] = {
+        name: [] for name in ("raw", "library", "serve", "serve-http", "floor-stdio", "floor-http")
+    }
     cli = Path(sys.executable).parent / "console-bridge"
     serve_env = dict(os.environ) | {
         "TMPDIR": str(folders["tmp"]),
@@ -155,9 +186,18 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
                 ) as http,
                 streamable_http_client(url, http_client=http) as (http_read, http_write),
                 ClientSession(http_read, http_write) as http_session,
+                stdio_client(StdioServerParameters(command=sys.executable, args=[str(FLOOR_SERVER), "stdio"])) as (
+                    floor_read,
+                    floor_write,
+                ),
+                ClientSession(floor_read, floor_write) as floor_stdio,
+                _floor_http() as floor_url,
+                httpx2.AsyncClient(timeout=STEP_BOUND) as floor_http_client,
+                streamable_http_client(floor_url, http_client=floor_http_client) as (floor_http_read, floor_http_write),
+                ClientSession(floor_http_read, floor_http_write) as floor_http,
             ):
-                await session.initialize()
-                await http_session.initialize()
+                for opened in (session, http_session, floor_stdio, floor_http):
+                    await opened.initialize()
                 cmdline = psutil.Process(library.pid or -1).cmdline()
                 env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG") or k.startswith("LC_")}
                 env |= {"TMPDIR": str(folders["tmp"]), "MCP_CONSOLE_HOME": str(folders["home"])}
@@ -173,19 +213,20 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
                     async def call_library() -> str:
                         return (await library.send(python="1")).text
 
-                    async def call_serve() -> str:
-                        result = await session.call_tool("send", {"python": "1"})
-                        return "".join(getattr(block, "text", "") for block in result.content)
+                    def call_on(client: ClientSession) -> Callable[[], Awaitable[str]]:
+                        async def call() -> str:
+                            result = await client.call_tool("send", {"python": "1"})
+                            return "".join(getattr(block, "text", "") for block in result.content)
 
-                    async def call_serve_http() -> str:
-                        result = await http_session.call_tool("send", {"python": "1"})
-                        return "".join(getattr(block, "text", "") for block in result.content)
+                        return call
 
                     series: list[tuple[str, Callable[[], Awaitable[str]]]] = [
                         ("raw", call_raw),
                         ("library", call_library),
-                        ("serve", call_serve),
-                        ("serve-http", call_serve_http),
+                        ("serve", call_on(session)),
+                        ("serve-http", call_on(http_session)),
+                        ("floor-stdio", call_on(floor_stdio)),
+                        ("floor-http", call_on(floor_http)),
                     ]
                     for _ in range(plan["warmup"]):
                         for _name, call in series:
@@ -228,7 +269,7 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
             ms = [v * 1000 for v in values]
             figures[name] = {
                 "median_ms": round(statistics.median(ms), 3),
-                "p95_ms": round(_pct(ms, 95), 3),
+                "p95_ms": round(percentile(ms, 0.95) or 0.0, 3),
                 "n": len(ms),
             }
     report["warm_rtt"] = figures
@@ -245,6 +286,17 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
             for name in ("serve", "serve-http")
             if name in figures
         }
+        floors = {"serve": "floor-stdio", "serve-http": "floor-http"}
+        if "raw" in figures and all(floor in figures for floor in floors.values()):
+            library, raw_ms = figures["library"]["median_ms"], figures["raw"]["median_ms"]
+            report["floor_ms"] = {name: figures[floor]["median_ms"] for name, floor in floors.items()}
+            report["serve_own_ms"] = {
+                name: round(report["hop_ms"][name] - report["floor_ms"][name], 3)
+                for name in floors
+                if name in report["hop_ms"]
+            }
+            report["best_ratio"] = {name: round((library + report["floor_ms"][name]) / raw_ms, 3) for name in floors}
+            report["budget_ms"] = round(raw_ms * (TARGET - 1), 3)
     report["cleanup"] = {
         "survivors": [p.pid for p in survivors],
         "sessions_left": state_left,
@@ -257,12 +309,12 @@ def table(report: dict[str, Any]) -> str:
     rows = []
     figures = report.get("warm_rtt", {})
     raw = figures.get("raw", {}).get("median_ms")
-    for name in ("raw", "library", "serve", "serve-http"):
+    for name in ("raw", "library", "serve", "serve-http", "floor-stdio", "floor-http"):
         fig = figures.get(name)
         if fig is None:
             continue
         ratio = f"{fig['median_ms'] / raw:.3f}" if raw else "n/a"
         rows.append(
-            f"| warm round trip of `1`, {name:<10} | {fig['median_ms']:.2f} ms (p95 {fig['p95_ms']:.2f}) | x{ratio} |"
+            f"| warm round trip of `1`, {name:<11} | {fig['median_ms']:.2f} ms (p95 {fig['p95_ms']:.2f}) | x{ratio} |"
         )
     return "\n".join(rows)

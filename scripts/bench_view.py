@@ -181,7 +181,9 @@ def _apply_plan_cost(console: Any, reps: int = 5) -> dict[str, Any]:
         began = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-I", "-S", "-c", _APPLY, folder, json.dumps(plan)],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         total = (time.perf_counter() - began) * 1000
         os.rmdir(root)
@@ -225,14 +227,15 @@ def main() -> int:
                 ch.run(serve_args=serve_args)
         names = list(children)
         for rep in range(args.reps):
-            order = names[rep % len(names):] + names[: rep % len(names)]
+            order = names[rep % len(names) :] + names[: rep % len(names)]
             if rep % 2:
                 order.reverse()
             for name in order:
                 samples[name].append(children[name].run(serve_args=serve_args))
             load.append(os.getloadavg()[0])
-            print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {samples[n][-1]['ms']:.0f}" for n in names),
-                  flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {samples[n][-1]['ms']:.0f}" for n in names), flush=True
+            )
         plan_cost = children[variants[0][0]].run(serve_args=serve_args, plan=True).get("apply_plan_ms")
     finally:
         for ch in children.values():

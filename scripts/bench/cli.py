@@ -291,6 +291,18 @@ def run_serve(args: argparse.Namespace) -> int:
             "the second MCP hop (serve less library, medians): "
             + ", ".join(f"{k} +{v:.2f} ms" for k, v in report["hop_ms"].items())
         )
+    if report.get("serve_own_ms"):
+        print(
+            "of which the client and transport alone (a server that does nothing): "
+            + ", ".join(f"{k} {v:.2f} ms" for k, v in report["floor_ms"].items())
+            + "; serve's own work: "
+            + ", ".join(f"{k} {v:+.2f} ms" for k, v in report["serve_own_ms"].items())
+        )
+        print(
+            f"the target leaves {report['budget_ms']:.2f} ms over raw; with serve's own work at zero the least "
+            "reachable is (library + floor) / raw: "
+            + ", ".join(f"{k} x{v:.3f}" for k, v in report["best_ratio"].items())
+        )
     print(f"cleanup: {'ok' if report['cleanup']['ok'] else 'FAILED ' + json.dumps(report['cleanup'])}")
     for error in report["errors"]:
         print(f"error: {error}")

@@ -134,7 +134,7 @@ def test_quick_serve_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"bench.py --serve --quick exited {proc.returncode}\n{output}"
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["errors"] == [] and report["cleanup"]["ok"] is True
-    assert set(report["warm_rtt"]) == {"raw", "library", "serve", "serve-http"}
+    assert set(report["warm_rtt"]) == {"raw", "library", "serve", "serve-http", "floor-stdio", "floor-http"}
     assert report["serve_http_ratio"] > 0
     assert set(report["target_http"]) == {"threshold", "value", "met"} and set(report["hop_ms"]) == {
         "serve",
@@ -143,3 +143,10 @@ def test_quick_serve_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
     assert all(figure["median_ms"] > 0 for figure in report["warm_rtt"].values())
     assert report["target"]["threshold"] == 1.15
     assert "| warm round trip of `1`, serve" in proc.stdout
+    # the breakdown: the floor (a server that does nothing) and serve's own work add up to the hop
+    for name in ("serve", "serve-http"):
+        own = report["serve_own_ms"][name] + report["floor_ms"][name]
+        assert abs(own - report["hop_ms"][name]) < 0.01
+        assert report["best_ratio"][name] > 1.0
+    assert report["budget_ms"] == pytest.approx(report["warm_rtt"]["raw"]["median_ms"] * 0.15, abs=0.01)
+    assert "serve's own work" in proc.stdout
