@@ -195,6 +195,7 @@ class ConsoleState(NotCopyable):
         self._cells = CellLog()
         self._cell: tuple[str, str, list[CellResult]] | None = None
         self._worker_died_at: float | None = None  # when a worker last died or was restarted
+        self._boot_pending = False  # a fresh worker boots at the next call (a restart; the last one died)
         self._log_cells = False
 
     def __repr__(self) -> str:
@@ -328,6 +329,9 @@ class ConsoleState(NotCopyable):
         result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
         conn = self._require("send")
         language = next((lang for lang in LANGUAGES if lang in args), None)
+        if args.get("control") == "restart":
+            self._fresh_worker_ahead()
+        await self._before_call()
         mark = self._observer.mark(language)
         started = time.monotonic()
         meter = self._meter
@@ -374,6 +378,9 @@ class ConsoleState(NotCopyable):
         """The observation that ends a cell carries what the cell used; the cell goes to the log."""
         if cell.worker_exited or (cell.error is not None and cell.error.kind in ("limit", "worker_exited")):
             self._worker_died_at = time.monotonic()  # the server is bringing up a fresh worker (see _submit)
+            self._fresh_worker_ahead()
+        elif self._boot_pending and self._cell is not None and not (cell.running or cell.waiting_for_input):
+            self._fresh_worker_ran()  # a cell of the user's ended on the fresh worker: it has booted
         if cell.running or cell.waiting_for_input:
             if self._cell is not None and len(self._cell[2]) < 10_000:
                 self._cell[2].append(cell)
@@ -462,6 +469,17 @@ class ConsoleState(NotCopyable):
     def limit_check(self, check: Callable[[CellFailure | None], tuple[str, str] | None] | None) -> None:
         self._observer.limit_check = check
 
+    def _fresh_worker_ahead(self) -> None:
+        """A fresh worker boots at the next call (``ConsoleStart`` links its bootstrap's bytecode)."""
+        self._boot_pending = True
+
+    async def _before_call(self) -> None:
+        """What a call waits for first (``ConsoleStart``: the links, while a fresh worker is ahead)."""
+
+    def _fresh_worker_ran(self) -> None:
+        """The fresh worker has booted and ran a cell (``ConsoleStart`` removes the links again)."""
+        self._boot_pending = False
+
     def _limit_check(self, error: CellFailure | None = None) -> tuple[str, str] | None:
         """The confinement layer's answer for a cell that just ended: did a session limit stop it
         (kernel counters; where only an rlimit holds a limit, the tree's size and the failure's errno)?"""
@@ -488,5 +506,7 @@ class ConsoleState(NotCopyable):
         is still under way would be refused as Busy (see ``_submit``)."""
         conn = self._require("restart")
         self._worker_died_at = time.monotonic()
+        self._fresh_worker_ahead()
+        await self._before_call()
         with contextlib.suppress(ServerError):
             await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})
