@@ -378,7 +378,8 @@ class ConsoleState(NotCopyable):
         """The observation that ends a cell carries what the cell used; the cell goes to the log."""
         if cell.worker_exited or (cell.error is not None and cell.error.kind in ("limit", "worker_exited")):
             self._worker_died_at = time.monotonic()  # the server is bringing up a fresh worker (see _submit)
-            self._fresh_worker_ahead()
+        if cell.worker_exited or (cell.error is not None and cell.error.kind == "worker_exited"):
+            self._fresh_worker_ahead()  # (a limit the worker survived, e.g. TMPDIR full, needs no new one)
         elif self._boot_pending and self._cell is not None and not (cell.running or cell.waiting_for_input):
             self._fresh_worker_ran()  # a cell of the user's ended on the fresh worker: it has booted
         if cell.running or cell.waiting_for_input:
