@@ -104,6 +104,7 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
     started = time.perf_counter()
     node = {**NODE, "resources": {"console_sessions": per_node}}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    session_dir = cluster.head_node.get_session_dir_path()  # Ray keeps it under /tmp/ray: removed below
     try:
         cluster.add_node(**node)
         ray.init(address=cluster.address, log_to_driver=False)
@@ -168,6 +169,10 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None]) -> dict[str
     finally:
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(session_dir, ignore_errors=True)
+        latest = Path(session_dir).parent / "session_latest"
+        if latest.is_symlink() and os.readlink(latest) == session_dir:
+            latest.unlink()
     deadline = time.monotonic() + 30
     while (_servers(binary) - before) and time.monotonic() < deadline:
         await anyio.sleep(0.2)

@@ -33,6 +33,15 @@ NODE = {
 }
 
 
+def remove_ray_session(session_dir: str) -> None:
+    """Ray keeps every cluster's session folder (logs, sockets) under /tmp/ray: remove the one this
+    cluster made, and ``session_latest`` when it names it."""
+    shutil.rmtree(session_dir, ignore_errors=True)
+    latest = os.path.join(os.path.dirname(session_dir), "session_latest")
+    if os.path.islink(latest) and os.readlink(latest) == session_dir:
+        os.unlink(latest)
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Cluster, Path]]:
     """(cluster, scratch folder). The driver (this process) is connected to it."""
@@ -42,6 +51,7 @@ def cluster() -> Iterator[tuple[Cluster, Path]]:
     os.environ["CONSOLE_BRIDGE_STATE_DIR"] = str(scratch / "state")
     os.makedirs("/tmp/ray", exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    session_dir = cluster.head_node.get_session_dir_path()
     try:
         cluster.add_node(**NODE)
         ray.init(address=cluster.address, log_to_driver=False)
@@ -51,6 +61,7 @@ def cluster() -> Iterator[tuple[Cluster, Path]]:
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)
+        remove_ray_session(session_dir)
         if saved is None:
             os.environ.pop("CONSOLE_BRIDGE_STATE_DIR", None)
         else:
