@@ -90,25 +90,20 @@ def _is_socket(fd: int) -> bool:
         return False
 
 
+def _sibling(name: str) -> Any:
+    """A stdlib-only module beside this file (``python -I -S`` puts no folder of ours on the path)."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return __import__(name)
+
+
 def _descendants() -> list[int]:
     """Every descendant of this process (all are ours: orphans reparent to a subreaper)."""
-    found: list[int] = []
-    queue = [os.getpid()]
-    while queue:
-        pid = queue.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
-                    children = [int(part) for part in handle.read().split()]
-            except (OSError, ValueError):
-                continue
-            found.extend(children)
-            queue.extend(children)
-    return found
+    return list(_PROCTREE.descendant_pids(os.getpid()))
+
+
+_PROCTREE = _sibling("_proctree")  # loaded at start: the kill path must not depend on an import
 
 
 class Supervisor:
@@ -225,8 +220,7 @@ class Supervisor:
 
     def enter_view(self, view: dict[str, Any]) -> None:
         """In the server's process, before exec: its namespaces and its view of the host."""
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import _namespaces  # type: ignore[import-not-found]  # stdlib only, beside this file
+        _namespaces = _sibling("_namespaces")
 
         try:
             _namespaces.enter(bool(view.get("user_namespace")))
