@@ -140,7 +140,7 @@ class ConsoleStart(ConsoleState):
 
     def _fresh_worker_ahead(self) -> None:
         """A fresh worker boots at the next call: its bootstrap reads the environment's compiled files
-        through the links again (restart to the first result took 0.31-0.33 s without them, 0.11-0.12 s
+        through the links again (restart to the first result took 0.31-0.33 s without them, 0.14-0.17 s
         with them, here). They are made in a thread now and waited for before the next call."""
         super()._fresh_worker_ahead()
         if self._bytecode_prefix is None and self._log_cells:
