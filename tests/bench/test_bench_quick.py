@@ -147,6 +147,10 @@ def test_quick_serve_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
     for name in ("serve", "serve-http"):
         own = report["serve_own_ms"][name] + report["floor_ms"][name]
         assert abs(own - report["hop_ms"][name]) < 0.01
-        assert report["best_ratio"][name] > 1.0
+        # the least ratio serve could reach is the library under it plus the floor, over raw: arithmetic,
+        # not a timing claim (a quick run's few rounds can put the library below raw)
+        library, raw_ms = report["warm_rtt"]["library"]["median_ms"], report["warm_rtt"]["raw"]["median_ms"]
+        best = (library + report["floor_ms"][name]) / raw_ms
+        assert report["best_ratio"][name] == pytest.approx(best, abs=0.002)
     assert report["budget_ms"] == pytest.approx(report["warm_rtt"]["raw"]["median_ms"] * 0.15, abs=0.01)
     assert "serve's own work" in proc.stdout
