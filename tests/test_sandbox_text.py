@@ -28,9 +28,7 @@ A = f"{R}/roots/a"
 BC = f"{R}/roots/b c"
 WS = f"{R}/ws"
 
-SETTINGS = settings(
-    database=None, deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(database=None, deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 
 
 def sb(network: Network, *writable: str) -> SandboxPolicy:
@@ -164,10 +162,7 @@ def test_default_paragraph_verbatim() -> None:
 # --- explicit rejections ------------------------------------------------------------------------
 
 DEFAULT = PARAGRAPHS["0.0.6__default.txt"]
-READ = (
-    "Evaluated code can read host files subject to configured restrictions and cannot directly "
-    "access the network."
-)
+READ = "Evaluated code can read host files subject to configured restrictions and cannot directly access the network."
 WRITABLE = "Writable locations: private `TMPDIR`; subject to more specific read/deny rules."
 PACKAGE = (
     "Package preparation may execute installation or build code with separate filesystem and network "
@@ -232,9 +227,7 @@ def test_error_is_a_value_error() -> None:
         (DEFAULT.replace("private `TMPDIR`", "everything"), None),
         (PARAGRAPHS["0.0.6__no_sandbox.txt"] + " Nothing else.", "Nothing else."),
         (
-            PARAGRAPHS["0.0.6__profile_inherit_codex.txt"].replace(
-                " Reconnect to change client permissions.", ""
-            ),
+            PARAGRAPHS["0.0.6__profile_inherit_codex.txt"].replace(" Reconnect to change client permissions.", ""),
             "Package preparation has separate permissions unless sandboxing is disabled; use only trusted "
             "dependencies.",
         ),
@@ -568,9 +561,7 @@ NETWORK_TEXT: dict[Network, str] = {
     workspace=st.booleans(),
     paths=st.lists(st.text(max_size=30).map(lambda s: "/" + s), max_size=5),
 )
-def test_generated_paragraphs_round_trip(
-    network: Network, temp: str | None, workspace: bool, paths: list[str]
-) -> None:
+def test_generated_paragraphs_round_trip(network: Network, temp: str | None, workspace: bool, paths: list[str]) -> None:
     items = []
     if temp is not None:
         items.append({"tmpdir": "private `TMPDIR`", "host_tmp": "host temporary directories"}[temp])

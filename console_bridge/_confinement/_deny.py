@@ -155,7 +155,7 @@ def probe_code_for(language: str, read_paths: Sequence[str], write_paths: Sequen
     return (
         f"local({{ n <- 0; for (p in c({quoted})) n <- n + isTRUE(tryCatch({{ con <- file(p, 'rb'); "
         "on.exit(close(con)); length(readBin(con, 'raw', 1)) >= 0 }, error = function(e) FALSE, "
-        f"warning = function(w) FALSE)); cat('{PROBE_MARK}{{\"readable\": ', n, ', \"writable\": [], "
+        f'warning = function(w) FALSE)); cat(\'{PROBE_MARK}{{"readable": \', n, \', "writable": [], '
         f"\"checked\": {len(files)}}}\\n', sep = '') }})"
     )
 

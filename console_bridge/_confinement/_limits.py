@@ -80,9 +80,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         if self.enforce not in ("strict", "required", "best_effort"):
-            raise LaunchRefused(
-                f"Limits.enforce must be 'strict', 'required' or 'best_effort', not {self.enforce!r}"
-            )
+            raise LaunchRefused(f"Limits.enforce must be 'strict', 'required' or 'best_effort', not {self.enforce!r}")
         for name in ("memory", "tmpdir", "recording", "writes"):
             parse_size(getattr(self, name), name)
         processes = self.processes

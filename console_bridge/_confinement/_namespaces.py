@@ -174,8 +174,13 @@ def _dev(root: str) -> None:
         if os.path.exists("/dev/" + name):
             _make_file(f"{target}/{name}")
             _mount("/dev/" + name, f"{target}/{name}", None, MS_BIND, None, f"binding /dev/{name}")
-    for name, link in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                       ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):
+    for name, link in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ):
         os.symlink(link, f"{target}/{name}")
     for name in ("pts", "shm"):
         os.mkdir(f"{target}/{name}", 0o755)

@@ -99,9 +99,7 @@ class Console(NotCopyable):
                 self._portal.call(self._async.settle, 10.0, on_output)
             raise
 
-    def settle(
-        self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None
-    ) -> CellResult | None:
+    def settle(self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None) -> CellResult | None:
         """Interrupt the running cell and poll until it stopped (see :meth:`AsyncConsole.settle`)."""
         self._check()
         return self._portal.call(self._async.settle, bound, on_output)

@@ -38,6 +38,7 @@ __all__ = ["SessionConfinement"]
 
 _CANARY = "console-bridge-canary"
 
+
 class SessionConfinement:
     """One session's private folder, limits, deny list and probe."""
 

@@ -220,6 +220,7 @@ def _write_notebook(recording: Recording, target: Path, text: str) -> Path:
     cells = read_cells(recording.path)
     note = ""
     if cells is None:  # made without console-bridge, or before it kept the log: the server's events
+
         def image(path: str) -> bytes | None:
             try:  # inside the recording, never through a symlink
                 return read_file(recording.path, path, 50 * 1024 * 1024)

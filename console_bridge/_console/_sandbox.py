@@ -106,13 +106,11 @@ class SandboxPolicy:
         for item in self.writable:
             if not isinstance(item, str) or (item not in _TOKEN_ORDER and not item.startswith("/")):
                 raise ValueError(
-                    f"writable item {item!r} is neither 'tmpdir', 'host_tmp', 'workspace' "
-                    "nor an absolute path"
+                    f"writable item {item!r} is neither 'tmpdir', 'host_tmp', 'workspace' nor an absolute path"
                 )
         if (not self.sandboxed or self.inherit_codex) and (self.network != "enabled" or self.writable):
             raise ValueError(
-                "a policy without a sandbox, or inherited from Codex, has network='enabled' "
-                "and no writable items"
+                "a policy without a sandbox, or inherited from Codex, has network='enabled' and no writable items"
             )
         if not self.sandboxed and self.inherit_codex:
             raise ValueError("inherit_codex requires sandboxed=True")
@@ -145,9 +143,7 @@ class SandboxPolicy:
             "enabled": "direct network access",
             "proxy": "network access through the launcher's proxy",
         }[self.network]
-        items = [
-            _TOKEN_TEXT.get(item) or json.dumps(item, ensure_ascii=False) for item in self.sorted_writable()
-        ]
+        items = [_TOKEN_TEXT.get(item) or json.dumps(item, ensure_ascii=False) for item in self.sorted_writable()]
         return f"sandboxed, {network}, writable: {', '.join(items) if items else 'none'}"
 
     def as_dict(self) -> dict[str, object]:
@@ -175,19 +171,16 @@ _PACKAGE: Final = (
     "permissions; use only trusted dependencies."
 )
 _NO_SANDBOX: Final[tuple[str, ...]] = (
-    "Evaluated code runs without a sandbox, with the server's permissions, including filesystem "
-    "and network access.",
+    "Evaluated code runs without a sandbox, with the server's permissions, including filesystem and network access.",
     "Package preparation may execute installation or build code; use only trusted dependencies.",
 )
 _INHERIT_CODEX: Final[tuple[str, ...]] = (
-    "The sandbox base comes from Codex metadata on the first send, or the configured fallback "
-    "(default: read_only).",
+    "The sandbox base comes from Codex metadata on the first send, or the configured fallback (default: read_only).",
     "Missing metadata is silent; malformed metadata warns on server stderr.",
     "Explicit Console permissions apply to the selected base.",
     "Full access disables Console's sandbox.",
     "Reconnect to change client permissions.",
-    "Package preparation has separate permissions unless sandboxing is disabled; "
-    "use only trusted dependencies.",
+    "Package preparation has separate permissions unless sandboxing is disabled; use only trusted dependencies.",
 )
 
 # One writable-list item. A path is a Rust ``Debug`` string literal between backticks: inside it
@@ -269,9 +262,7 @@ def _decode_path(body: str, sentence: str) -> str:
 
 def _parse_writable(sentence: str) -> frozenset[str]:
     if not (sentence.startswith(_WRITABLE_PREFIX) and sentence.endswith(_WRITABLE_SUFFIX)):
-        raise SandboxTextError(
-            f"expected the writable-locations sentence, got {sentence!r}", sentence=sentence
-        )
+        raise SandboxTextError(f"expected the writable-locations sentence, got {sentence!r}", sentence=sentence)
     listing = sentence[len(_WRITABLE_PREFIX) : len(sentence) - len(_WRITABLE_SUFFIX)]
     if listing == "none":
         return frozenset()
@@ -342,9 +333,7 @@ def parse_sandbox_description(description: str) -> SandboxPolicy:
     paragraph = last_paragraph(description)
     sentences = split_sentences(paragraph)
     if not sentences:
-        raise SandboxTextError(
-            "the sandbox paragraph (last paragraph of the description) is empty", sentence=""
-        )
+        raise SandboxTextError("the sandbox paragraph (last paragraph of the description) is empty", sentence="")
     first = sentences[0]
 
     if first == _NO_SANDBOX[0]:

@@ -133,9 +133,7 @@ class ConsoleState(NotCopyable):
         if isinstance(read_roots, str | bytes):
             raise LaunchRefused("read_roots must be a sequence of folder paths, e.g. read_roots=['~/data']")
         self._read_roots = list(
-            dict.fromkeys(
-                validate_root(r, what="read root") for r in [*self._profile.read_roots, *read_roots]
-            )
+            dict.fromkeys(validate_root(r, what="read root") for r in [*self._profile.read_roots, *read_roots])
         )
         self._env = dict(env or {})
         for key, value in self._env.items():

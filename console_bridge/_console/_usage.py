@@ -55,9 +55,7 @@ class SessionUsage:
 class _Counter:
     """One counter file, opened once, re-read with pread (``key``: a line of a flat-keyed file)."""
 
-    def __init__(
-        self, path: Path, key: str | None = None, *, writable: bool = False, write_only: bool = False
-    ) -> None:
+    def __init__(self, path: Path, key: str | None = None, *, writable: bool = False, write_only: bool = False) -> None:
         self.path, self.key = path, key
         self._fd: int | None = None
         # (/proc/PID/clear_refs is mode 0200: opened for reading too it is refused to a normal user)
@@ -201,8 +199,10 @@ class WorkerMeter:
                     argv = proc.cmdline()
                     if len(argv) > 1 and argv[1] == "worker" and os.path.basename(argv[0]) == "mcp-console":
                         folder = Path(f"/proc/{proc.pid}")
-                        return _Counter(folder / "stat"), _Counter(folder / "status"), _Counter(
-                            folder / "clear_refs", write_only=True
+                        return (
+                            _Counter(folder / "stat"),
+                            _Counter(folder / "status"),
+                            _Counter(folder / "clear_refs", write_only=True),
                         )
         return None
 

@@ -186,8 +186,12 @@ def _check_namespaces() -> list[Check]:
     if gap is not None:
         # the same words as the LaunchRefused every entry point raises here
         checks.append(
-            Check("namespaces", "fail", gap.text(), data={"platform": host.platform, "missing": gap.missing,
-                                                             "fix": gap.fix})
+            Check(
+                "namespaces",
+                "fail",
+                gap.text(),
+                data={"platform": host.platform, "missing": gap.missing, "fix": gap.fix},
+            )
         )
         return checks
     kind = "mount namespace (privileged)" if host.privileged else "user + mount namespaces (unprivileged)"
@@ -228,8 +232,12 @@ def _check_limits() -> list[Check]:
         shown = human_size(int(value)) if name in ("memory", "tmpdir", "recording", "writes") else str(value)
         if report.enforced_by is None:
             checks.append(
-                Check(f"limit {name}", "fail", f"{shown}: cannot be enforced here ({report.note})",
-                      data={"value": value, "enforced_by": None})
+                Check(
+                    f"limit {name}",
+                    "fail",
+                    f"{shown}: cannot be enforced here ({report.note})",
+                    data={"value": value, "enforced_by": None},
+                )
             )
             continue
         strength = {
@@ -238,8 +246,12 @@ def _check_limits() -> list[Check]:
         }.get(name) or ("whole tree" if report.enforced_by in TREE_WIDE else "per process")
         note = f"; {report.note}" if report.note else ""
         checks.append(
-            Check(f"limit {name}", "ok", f"{shown} by {report.enforced_by} ({strength}){note}",
-                  data={"value": value, "enforced_by": report.enforced_by})
+            Check(
+                f"limit {name}",
+                "ok",
+                f"{shown} by {report.enforced_by} ({strength}){note}",
+                data={"value": value, "enforced_by": report.enforced_by},
+            )
         )
     return checks
 

@@ -103,7 +103,8 @@ def ps_command(as_json: bool) -> None:
         click.echo("no live console-bridge sessions")
         return
     rows = [
-        [host_line(str(s[key])) for key in ("id", "owner", "profile")] + [_age(s["age_s"]), str(s["host_pid"])]
+        [host_line(str(s[key])) for key in ("id", "owner", "profile")]
+        + [_age(s["age_s"]), str(s["host_pid"])]
         + _usage_cells(s["usage"])
         + [_limits(s["limits"]), host_line(s["workspace"])]
         for s in sessions

@@ -35,7 +35,15 @@ from typing import Any
 
 # The names status().limits may give as what enforces a limit.
 MECHANISMS = {
-    "cgroup2", "cgroup1", "systemd-scope", "rlimit", "userns-rlimit", "tmpfs", "overlay", "accounting", "read-only-view"
+    "cgroup2",
+    "cgroup1",
+    "systemd-scope",
+    "rlimit",
+    "userns-rlimit",
+    "tmpfs",
+    "overlay",
+    "accounting",
+    "read-only-view",
 }
 # Small limits for the attacks, so each attack is short under TCG and cannot hurt the guest.
 ATTACK_LIMITS = {"memory": "768MiB", "processes": 64, "tmpdir": "64MiB"}

@@ -37,11 +37,7 @@ from check import Report, fresh_dir, out, show, tail  # the bed's own helpers, b
 
 SCRIPT = "examples/ci/run-analysis.sh"
 TIMEOUT = 1200  # seconds for one run of the script (a fresh venv and pip install under emulation)
-FAILING = (
-    "rows = 3\n"
-    "print(f'checked {rows} rows')\n"
-    "raise ValueError('column revenue has 2 negative values')\n"
-)
+FAILING = "rows = 3\nprint(f'checked {rows} rows')\nraise ValueError('column revenue has 2 negative values')\n"
 
 
 def run_script(workspace: Path, temp: Path, wheels: Path, files: list[str], **extra: str) -> tuple[int, str, float]:
@@ -65,8 +61,14 @@ def run_script(workspace: Path, temp: Path, wheels: Path, files: list[str], **ex
         del env[key]
     start = time.monotonic()
     proc = subprocess.run(
-        ["bash", SCRIPT, *files], cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, timeout=TIMEOUT, check=False,
+        ["bash", SCRIPT, *files],
+        cwd=workspace,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
     )
     return proc.returncode, proc.stdout, time.monotonic() - start
 
@@ -82,8 +84,13 @@ def fenced(log: str, marker: str) -> bool:
         return False
     closing = lines.index(closing_line)
     inside = any(marker in line for line in lines[opening:closing])
-    stray = [line for line in lines if line.startswith("::") and line not in (lines[opening], closing_line)
-             and not line.startswith("::error title=")]
+    stray = [
+        line
+        for line in lines
+        if line.startswith("::")
+        and line not in (lines[opening], closing_line)
+        and not line.startswith("::error title=")
+    ]
     return inside and not stray
 
 
@@ -128,7 +135,8 @@ def main() -> int:
             "fenced": fenced(log, "Top region by revenue: west"),
             "report.json exit_status 0": report_json.get("exit_status") == 0,
             "output.txt": "Top region by revenue: west" in (artifacts / "output.txt").read_text()
-            if (artifacts / "output.txt").exists() else False,
+            if (artifacts / "output.txt").exists()
+            else False,
             "recording finished": transcript.exists() and "## Recording finished" in transcript.read_text(),
             "venv in RUNNER_TEMP": (temp / "console-bridge-venv" / "bin" / "console-bridge").exists(),
         }
@@ -140,7 +148,11 @@ def main() -> int:
         failing.mkdir()
         (failing / "check.py").write_text(FAILING)
         rc, log, seconds = run_script(
-            workspace, temp, wheels, ["check.py"], ANALYSIS_DIR="failing",
+            workspace,
+            temp,
+            wheels,
+            ["check.py"],
+            ANALYSIS_DIR="failing",
             CONSOLE_BRIDGE_VENV=str(temp / "console-bridge-venv"),
         )
         show(log)
@@ -159,8 +171,14 @@ def main() -> int:
 
     with report.timed("ci-example-no-user-manager") as d:
         rc, log, seconds = run_script(
-            workspace, temp, wheels, ["analysis.py"], CONSOLE_BRIDGE_VENV=str(temp / "console-bridge-venv"),
-            CONSOLE_BRIDGE_NO_SYSTEMD="1", XDG_RUNTIME_DIR="", ARTIFACTS_DIR=str(base / "artifacts-no-manager"),
+            workspace,
+            temp,
+            wheels,
+            ["analysis.py"],
+            CONSOLE_BRIDGE_VENV=str(temp / "console-bridge-venv"),
+            CONSOLE_BRIDGE_NO_SYSTEMD="1",
+            XDG_RUNTIME_DIR="",
+            ARTIFACTS_DIR=str(base / "artifacts-no-manager"),
         )
         show(log)
         limits = [line.strip() for line in log.splitlines() if line.startswith("ok      limit ")]

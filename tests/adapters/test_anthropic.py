@@ -128,7 +128,7 @@ async def test_restart_is_refused_and_the_model_sees_why(console: AsyncConsole) 
     api = ScriptedApi(call("send", RESTART), call("send", {"python": "print('still here')"}), answer)
     refusal, after = tool_results(await agent(api, console.tools()))
     assert refusal["is_error"] is True
-    assert refusal["content"].startswith("NotAllowed: control: \"restart\" is reserved for the host")
+    assert refusal["content"].startswith('NotAllowed: control: "restart" is reserved for the host')
     assert (after["content"], after["is_error"]) == ("still here\n", False)
 
 

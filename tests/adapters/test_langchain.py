@@ -165,7 +165,7 @@ async def test_restart_is_refused_and_the_model_sees_why(console: AsyncConsole) 
     messages = await agent(model, langchain_tools(console.tools()))
     refusal, after = tool_messages(messages)
     assert refusal.status == "error"
-    assert str(refusal.content).startswith("NotAllowed: control: \"restart\" is reserved for the host")
+    assert str(refusal.content).startswith('NotAllowed: control: "restart" is reserved for the host')
     assert (after.content, after.status) == ("still here\n", "success")
 
 

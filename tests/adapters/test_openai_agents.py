@@ -114,7 +114,7 @@ async def test_restart_is_refused_and_the_model_sees_why(console: AsyncConsole) 
     model = ScriptedModel(call("send", RESTART), call("send", {"python": "print('still here')"}), answer)
     result = await run(model, console.tools())
     refusal, after = tool_outputs(model.seen[-1])
-    assert refusal.startswith("NotAllowed: control: \"restart\" is reserved for the host")
+    assert refusal.startswith('NotAllowed: control: "restart" is reserved for the host')
     assert after == "still here\n" and result.final_output == "The tool said: still here\n"
 
 

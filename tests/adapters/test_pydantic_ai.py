@@ -91,7 +91,7 @@ async def test_restart_is_refused_and_the_model_sees_why(console: AsyncConsole) 
     result = await make_agent(script, console.tools()).run("Restart the console.")
     refusal, after = returns(script.seen[-1])
     assert refusal.outcome == "failed"
-    assert refusal.content.startswith("NotAllowed: control: \"restart\" is reserved for the host")
+    assert refusal.content.startswith('NotAllowed: control: "restart" is reserved for the host')
     assert after.content == "still here\n" and result.output == "The tool said: still here\n"
 
 

@@ -222,7 +222,7 @@ def _fake_sysctl(tmp_path: Path, sysctl: Path, *, takes_effect: bool) -> Path:
     bin_dir.mkdir()
     write = f'key=${{3%%=*}}; printf "%s\\n" "${{3#*=}}" > "{sysctl}/${{key//.//}}"' if takes_effect else "true"
     fake = bin_dir / "sysctl"
-    fake.write_text(f"#!/bin/bash\necho \"sysctl $*\" >> {tmp_path}/sysctl.calls\n{write}\n")
+    fake.write_text(f'#!/bin/bash\necho "sysctl $*" >> {tmp_path}/sysctl.calls\n{write}\n')
     fake.chmod(0o755)
     return bin_dir
 
@@ -230,12 +230,16 @@ def _fake_sysctl(tmp_path: Path, sysctl: Path, *, takes_effect: bool) -> Path:
 def _script(tmp_path: Path, sysctl: Path, bin_dir: Path | None) -> subprocess.CompletedProcess[str]:
     path = f"{bin_dir}:/usr/bin:/bin" if bin_dir else "/usr/bin:/bin"
     env = {
-        "PATH": path, "HOME": str(tmp_path), "GITHUB_ACTIONS": "true", "RUNNER_TEMP": str(tmp_path),
+        "PATH": path,
+        "HOME": str(tmp_path),
+        "GITHUB_ACTIONS": "true",
+        "RUNNER_TEMP": str(tmp_path),
         "CONSOLE_BRIDGE_SYSCTL_ROOT": str(sysctl),
         "CONSOLE_BRIDGE_SPEC": str(tmp_path / "no-such-checkout"),  # stop right after the host settings
     }
-    return subprocess.run(["bash", str(REPO / SCRIPT)], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        ["bash", str(REPO / SCRIPT)], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as_root runs sysctl directly only as root (else by sudo -n)")
@@ -267,16 +271,37 @@ def test_a_normal_user_who_cannot_sudo_is_told_what_to_run_as_root() -> None:
         sysctl.mkdir(parents=True)
         (sysctl / "apparmor_restrict_unprivileged_userns").write_text("1\n")
         shutil.copytree(EXAMPLE, root / "ci")  # a copy readable by cbtest (the repo may not be)
-        env = {"PATH": "/usr/bin:/bin", "HOME": user.pw_dir, "RUNNER_TEMP": str(root),
-               "CONSOLE_BRIDGE_SYSCTL_ROOT": str(root / "proc-sys")}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": user.pw_dir,
+            "RUNNER_TEMP": str(root),
+            "CONSOLE_BRIDGE_SYSCTL_ROOT": str(root / "proc-sys"),
+        }
         sudo = shutil.which("sudo", path="/usr/bin:/bin")
-        if sudo is not None and subprocess.run(["runuser", "-u", "cbtest", "--", sudo, "-n", "true"],
-                                               capture_output=True, check=False).returncode == 0:
+        if (
+            sudo is not None
+            and subprocess.run(
+                ["runuser", "-u", "cbtest", "--", sudo, "-n", "true"], capture_output=True, check=False
+            ).returncode
+            == 0
+        ):
             pytest.skip("cbtest may sudo here")
         proc = subprocess.run(
-            ["runuser", "-u", "cbtest", "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
-             "bash", str(root / "ci" / "run-analysis.sh")],
-            capture_output=True, text=True, timeout=120, check=False,
+            [
+                "runuser",
+                "-u",
+                "cbtest",
+                "--",
+                "env",
+                "-i",
+                *(f"{k}={v}" for k, v in env.items()),
+                "bash",
+                str(root / "ci" / "run-analysis.sh"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert proc.returncode == 3, proc.stdout + proc.stderr
         assert "this user cannot sudo" in proc.stderr

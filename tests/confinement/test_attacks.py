@@ -56,7 +56,7 @@ async def test_secrets_and_other_sessions_are_unreadable(
 ) -> None:
     git = workspace / ".git"
     git.mkdir()
-    (git / "config").write_text(f'[http]\n\textraheader = AUTHORIZATION: basic {CANARY}\n')
+    (git / "config").write_text(f"[http]\n\textraheader = AUTHORIZATION: basic {CANARY}\n")
     langs = ("python", "sql", "r") if HAS_R and version == "0.0.6" else ("python", "sql")
     other_ws = tmp_path / "other"
     other_ws.mkdir()
@@ -92,8 +92,9 @@ async def test_secrets_and_other_sessions_are_unreadable(
             assert "id_rsa" not in listing.text
             status = c.status()
             # home is outside the view (nothing of it has a name); the workspace's .git is inside it and denied
-            assert not any(entry["path"] == str(home) or str(home).startswith(entry["path"] + "/")
-                           for entry in status.view)
+            assert not any(
+                entry["path"] == str(home) or str(home).startswith(entry["path"] + "/") for entry in status.view
+            )
             assert str(git) in status.deny_read
             await _works(c)
         # the bystander is untouched

@@ -96,8 +96,9 @@ def test_no_user_namespaces_refuses_every_session_with_the_setting(
         plan_confinement(Limits(enforce="best_effort"), "t-apparmor", host_kind(userns_problem=problem))
     assert "apparmor_restrict_unprivileged_userns" in str(info.value) and "doctor" in str(info.value)
     # root does not need user namespaces
-    plan_confinement(Limits(enforce="best_effort"), "t-apparmor-root", host_kind(uid=0, privileged=True,
-                                                                            userns_problem=problem))
+    plan_confinement(
+        Limits(enforce="best_effort"), "t-apparmor-root", host_kind(uid=0, privileged=True, userns_problem=problem)
+    )
     (sysctl / "kernel" / "apparmor_restrict_unprivileged_userns").write_text("0\n")
     (sysctl / "user").mkdir()
     (sysctl / "user" / "max_user_namespaces").write_text("0\n")
@@ -123,8 +124,16 @@ def test_other_platforms_are_refused_by_name(platform: str, monkeypatch: pytest.
 @pytest.fixture
 def host_tree(tmp_path: Path) -> Path:
     root = tmp_path / "host"
-    for folder in ("usr/bin", "etc/ssl/private", "opt", "home/alice/.ssh", "home/alice/project/.git",
-                   "home/alice/venv/bin", "home/alice/data", "srv"):
+    for folder in (
+        "usr/bin",
+        "etc/ssl/private",
+        "opt",
+        "home/alice/.ssh",
+        "home/alice/project/.git",
+        "home/alice/venv/bin",
+        "home/alice/data",
+        "srv",
+    ):
         (root / folder).mkdir(parents=True)
     (root / "bin").symlink_to("usr/bin")
     (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
@@ -156,11 +165,25 @@ def _view(host_tree: Path, **kwargs: object) -> object:
 def test_the_view_holds_what_the_session_runs_and_nothing_else(host_tree: Path) -> None:
     alice = host_tree / "home" / "alice"
     view = _view(host_tree, read_roots=[alice / "data"])
-    inside = [host_tree / "usr" / "bin" / "python3", host_tree / "etc" / "hosts", alice / "venv" / "bin",
-              alice / "project" / "a.csv", alice / "data" / "x.parquet", host_tree / "state" / "tmp" / "f"]
-    outside = [alice / ".ssh" / "id_rsa", alice / ".bash_history", alice / "other-project" / ".env",
-               host_tree / "srv" / "x", host_tree / "etc" / "app-secret.conf", host_tree / "etc" / "ssl" / "private",
-               host_tree / "state" / "sessions" / "other" / "tmp" / "secret", Path("/tmp/x"), Path("/root/x")]
+    inside = [
+        host_tree / "usr" / "bin" / "python3",
+        host_tree / "etc" / "hosts",
+        alice / "venv" / "bin",
+        alice / "project" / "a.csv",
+        alice / "data" / "x.parquet",
+        host_tree / "state" / "tmp" / "f",
+    ]
+    outside = [
+        alice / ".ssh" / "id_rsa",
+        alice / ".bash_history",
+        alice / "other-project" / ".env",
+        host_tree / "srv" / "x",
+        host_tree / "etc" / "app-secret.conf",
+        host_tree / "etc" / "ssl" / "private",
+        host_tree / "state" / "sessions" / "other" / "tmp" / "secret",
+        Path("/tmp/x"),
+        Path("/root/x"),
+    ]
     for path in inside:
         assert view.contains(path), path  # type: ignore[attr-defined]
     for path in outside:

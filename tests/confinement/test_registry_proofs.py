@@ -50,7 +50,11 @@ def _entry(root: Path, session_id: str = SID, **fields: object) -> SessionEntry:
     folder = root / session_id
     (folder / "tmp").mkdir(parents=True, exist_ok=True)
     values: dict[str, object] = {
-        "id": session_id, "folder": str(folder), "host_pid": 999_999_999, "host_started": 1.0, "created": 1.0,
+        "id": session_id,
+        "folder": str(folder),
+        "host_pid": 999_999_999,
+        "host_started": 1.0,
+        "created": 1.0,
     }
     values.update(fields)
     entry = SessionEntry(**values)  # type: ignore[arg-type]

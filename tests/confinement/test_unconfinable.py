@@ -32,8 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 FIX_WORDS = {"darwin": ("macOS (darwin)", "Linux virtual machine"), "win32": ("Windows (win32)", "WSL 2")}
 
 
-
-
 @pytest.fixture(params=["darwin", "win32"])
 def platform(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("CONSOLE_BRIDGE_PLATFORM", request.param)
@@ -204,13 +202,15 @@ def _refused_as(user: pwd.struct_passwd, tmp_path: Path, sysctl: str, value: str
     if not os.access(python, os.X_OK):
         pytest.skip(f"{python} (the test user's venv) is missing")
     cli = [python, "-c", "from console_bridge.cli import main; main()"]
-    run = subprocess.run([*base, *cli, "run", "analysis.py"], cwd=work, capture_output=True, text=True, timeout=60,
-                         check=False)
+    run = subprocess.run(
+        [*base, *cli, "run", "analysis.py"], cwd=work, capture_output=True, text=True, timeout=60, check=False
+    )
     assert run.returncode == 3, run.stdout + run.stderr
     assert "cannot confine a session on Linux:" in run.stderr and words in run.stderr
     assert "What you can do:" in run.stderr and "never runs" not in run.stdout
-    doctor = subprocess.run([*base, *cli, "doctor", "--json"], cwd=work, capture_output=True, text=True, timeout=60,
-                            check=False)
+    doctor = subprocess.run(
+        [*base, *cli, "doctor", "--json"], cwd=work, capture_output=True, text=True, timeout=60, check=False
+    )
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr
     checks = {check["name"]: check for check in json.loads(doctor.stdout)["checks"]}
     assert checks["namespaces"]["status"] == "fail" and words in checks["namespaces"]["detail"]

@@ -41,8 +41,12 @@ async def test_python_and_sql_cells_keep_state(mcp_console, workspace, recording
         sql = await console.run(sql="select 6 * 7 as answer")
         assert "answer" in sql.text and "42" in sql.text
         status = console.status()
-        assert status.sandbox == {"sandboxed": True, "network": "restricted", "writable": ["tmpdir"],
-                                  "inherit_codex": False}
+        assert status.sandbox == {
+            "sandboxed": True,
+            "network": "restricted",
+            "writable": ["tmpdir"],
+            "inherit_codex": False,
+        }
         assert status.dependencies == "deny" and status.profile == "read-only"
 
 
