@@ -232,7 +232,8 @@ class CellResult(ToolResult):
     ``"stderr"``). Output written to file descriptor 2 directly (a subprocess, C code) and
     R's messages count as stdout. ``outputs`` holds the rich results (:class:`Output`: each
     ``display()``, the final value, each plot) in order; their ``text/plain`` is part of
-    ``text`` (a chunk showing one has ``stream == "display"``). Example::
+    ``text`` (a chunk showing one has ``stream == "stdout"`` and the one segment
+    ``("display", text)``). Example::
 
         result = console.run(python="1 / 0")
         result.error.name          # 'ZeroDivisionError'

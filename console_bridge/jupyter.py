@@ -459,7 +459,7 @@ class ConsoleMagics:
         publish = self.shell.display_pub.publish
 
         def on_output(chunk: CellResult) -> None:
-            if chunk.stream != "display":
+            if not (chunk.segments and all(stream == "display" for stream, _ in chunk.segments)):
                 for stream, text in (("stdout", chunk.text), ("stderr", chunk.stderr)):
                     if text:
                         write_to(stream, text)

@@ -147,11 +147,13 @@ def _segments_of(chunk: CellResult) -> Segments:
 
 def split_chunk(chunk: CellResult) -> list[CellResult]:
     """One observation as the chunks ``run(on_output=...)`` passes on: one per stream segment, in
-    order (the images and status with the last); a chunk without output stays one."""
+    order (the images and status with the last); a chunk without output stays one. A chunk's
+    ``stream`` is ``"stdout"`` or ``"stderr"``: a rich result's text/plain is stdout text, and its
+    one segment, ``("display", text)``, tells it apart."""
     segments = _segments_of(chunk)
     if len(segments) <= 1 and not (segments and segments[0][0] == "display" and len(chunk.outputs) > 1):
         stream = segments[0][0] if segments else "stdout"
-        return [dataclasses.replace(chunk, stream=stream)]
+        return [dataclasses.replace(chunk, stream="stdout" if stream == "display" else stream)]
     out: list[CellResult] = []
     shown = iter(chunk.outputs)
     plots = chunk.outputs[sum(1 for stream, _ in segments if stream == "display") :]
@@ -164,7 +166,7 @@ def split_chunk(chunk: CellResult) -> list[CellResult]:
             stderr=part if stream == "stderr" else "",
             segments=((stream, part),),
             outputs=mine + (plots if last else []),
-            stream=stream,
+            stream="stdout" if stream == "display" else stream,  # (the segment still says "display")
             content=[{"type": "text", "text": part}]
             + ([b for b in chunk.content if b.get("type") != "text"] if last else []),
             images=chunk.images if last else [],

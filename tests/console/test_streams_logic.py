@@ -89,10 +89,22 @@ def test_rich_results_are_framed_text_plain_with_their_ids() -> None:
     )
     assert cell.text == plain and [o.kind for o in cell.outputs] == ["display", "result"]
     pieces = split_chunk(cell)
-    assert [(p.stream, [o.kind for o in p.outputs]) for p in pieces] == [
-        ("stdout", []),
-        ("display", ["display"]),
-        ("display", ["result"]),
-        ("stdout", []),
+    assert [(p.stream, p.segments[0][0], [o.kind for o in p.outputs]) for p in pieces] == [
+        ("stdout", "stdout", []),
+        ("stdout", "display", ["display"]),
+        ("stdout", "display", ["result"]),
+        ("stdout", "stdout", []),
     ]
+    # the contract's two streams, whatever a chunk shows (a lone rich result too)
+    [alone] = split_chunk(
+        cell_from(
+            ToolResult(text=raw),
+            0.1,
+            split_response("2\n", ended=True),
+            segments=(("display", "2\n"),),
+            plain="2\n",
+            outputs=[Output("result", {"text/plain": "2"})],
+        )
+    )
+    assert alone.stream == "stdout" and alone.segments == (("display", "2\n"),)
     assert "<table/>" in cell._repr_mimebundle_()["text/html"]
