@@ -49,7 +49,9 @@ from console_bridge._errors import LaunchRefused
 __all__ = ["SUPERVISOR", "TREE_WIDE", "Confinement", "Supervision", "plan_confinement", "supervisor_command"]
 
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
-#: Mechanisms that hold a limit for the whole session tree (``enforce="strict"`` accepts only these).
+#: Mechanisms that hold a limit for the whole session tree. ``enforce="strict"`` accepts these but
+#: ``userns-rlimit``: the contract counts an rlimit, even one counted over a user namespace, among
+#: the weaker mechanisms that only ``"required"`` accepts.
 TREE_WIDE = frozenset({"cgroup2", "cgroup1", "systemd-scope", "tmpfs", "userns-rlimit", "read-only-view"})
 #: The smallest memory limit RLIMIT_AS can hold: a worker with R and DuckDB maps ~0.9 GiB at rest.
 MIN_ADDRESS_SPACE = 2 << 30
@@ -227,6 +229,7 @@ def plan_confinement(
                 "RLIMIT_NPROC counted over the session's user namespace (cells get the limit, the server and its "
                 f"helpers {PIDS_HEADROOM} more tasks)",
             )
+            weak[name] = "only RLIMIT_NPROC counted over the session's user namespace holds it, not a cgroup"
         else:
             why = groups.errors.get(name, "no cgroup controller for it")
             if name == "processes":
@@ -287,12 +290,17 @@ def plan_confinement(
         if name in missing:
             fix = f"{_FIX[name]}; or pass Limits(..., enforce='best_effort') (CLI: --best-effort) to start anyway"
         else:
+            option = {"tmpdir": "tmpdir-limit", "recording": "recording-limit", "writes": "writes-limit"}.get(
+                name, name
+            )
+            where = "run where a cgroup holds it (v2 delegated to this user, a systemd user manager, or v1), "
             fix = (
-                f"{_FIX[name]}, or drop enforce='strict' (the default 'required' accepts the weaker mechanism and "
-                "reports it)"
+                f"{where if name in ('memory', 'processes', 'cpu') else ''}set {name}=None (CLI: --{option} none), "
+                "or drop enforce='strict' (the default 'required' accepts the weaker mechanism and reports it)"
             )
         raise LaunchRefused(
-            f"limit {name}={values[name]} cannot be enforced {'' if name in missing else 'for the whole session tree '}"
+            f"limit {name}={values[name]} cannot be enforced "
+            f"{'' if name in missing else 'by a cgroup or a file system cap (which enforce=strict asks for) '}"
             f"on this host ({host.name}): {why}{others}. Fix: {fix}. status().limits and `console-bridge doctor` "
             "say what holds. Nothing was started.",
             details={"limit": name, "reasons": refused},

@@ -8,6 +8,7 @@ message, are asserted.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -43,17 +44,23 @@ def test_strict_refuses_a_per_process_rlimit_and_names_the_way_out(no_cgroups: P
     with pytest.raises(LaunchRefused) as info:
         plan_confinement(Limits(enforce="strict", recording=None), "t-strict", host_kind())
     message = str(info.value)
-    assert "memory" in message and "whole session tree" in message and "RLIMIT_AS" in message
+    assert "memory" in message and "by a cgroup or a file system cap" in message and "RLIMIT_AS" in message
     assert "enforce='strict'" in message and "Nothing was started" in message
 
 
-def test_strict_accepts_tree_wide_mechanisms(no_cgroups: Path) -> None:
-    limits = Limits(enforce="strict", memory=None, recording=None)
+def test_strict_accepts_only_a_cgroup_or_a_file_system_cap(no_cgroups: Path) -> None:
+    limits = Limits(enforce="strict", memory=None, recording=None, processes=None)
     plan = plan_confinement(limits, "t-strict2", host_kind(), writable=False)
-    assert plan.mechanism("processes") == "userns-rlimit" and plan.mechanism("tmpdir") == "tmpfs"
-    assert plan.mechanism("writes") == "read-only-view"
+    assert plan.mechanism("tmpdir") == "tmpfs" and plan.mechanism("writes") == "read-only-view"
+    # RLIMIT_NPROC over the session's user namespace holds the whole tree, but it is an rlimit: the
+    # contract's weaker kind, which "required" accepts and reports and "strict" refuses
+    with pytest.raises(LaunchRefused) as info:
+        plan_confinement(dataclasses.replace(limits, processes=256), "t-strict4", host_kind(), writable=False)
+    assert "limit processes=256 cannot be enforced by a cgroup or a file system cap" in str(info.value)
+    assert "RLIMIT_NPROC" in str(info.value) and "Nothing was started" in str(info.value)
+    assert plan_confinement(Limits(), "t-required2", host_kind()).mechanism("processes") == "userns-rlimit"
     # cells that may write host folders: the writes limit is the bridge's accounting, not tree-wide
-    with pytest.raises(LaunchRefused, match="limit writes=1073741824 cannot be enforced for the whole session tree"):
+    with pytest.raises(LaunchRefused, match="limit writes=1073741824 cannot be enforced by a cgroup or a file system"):
         plan_confinement(limits, "t-strict3", host_kind(), writable=True)
     assert plan_confinement(Limits(), "t-required", host_kind()).mechanism("writes") == "accounting"
 
