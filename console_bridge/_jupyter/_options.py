@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -27,7 +28,8 @@ LANGUAGES = ("python", "sql", "r")
 USAGE = (
     "%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR] [--timeout SECONDS] "
     "[--poll-window SECONDS] [--recordings-dir DIR] [--python VENV] [--languages python,sql,r] "
-    "[--read-root DIR] [--memory SIZE] [--processes N] [--cpu CPUS] [--tmpdir-limit SIZE] [--best-effort|--strict]"
+    "[--read-root DIR] [--memory SIZE] [--processes N] [--cpu CPUS] [--tmpdir-limit SIZE] [--recording-limit SIZE] "
+    "[--writes-limit SIZE] [--best-effort|--strict] (a limit given as none: no limit)"
 )
 
 
@@ -51,7 +53,8 @@ class CellOptions:
     recordings_dir: str | None = None
     python: str | None = None
     languages: tuple[str, ...] | None = None
-    #: ``Limits`` fields the line changes (``memory``, ``processes``, ``cpu``, ``tmpdir``, ``enforce``)
+    #: ``Limits`` fields the line changes (``memory``, ``processes``, ``cpu``, ``tmpdir``, ``recording``,
+    #: ``writes``, ``enforce``; None for a limit given as ``none``)
     limits: tuple[tuple[str, Any], ...] | None = None
     read_roots: tuple[str, ...] | None = None
 
@@ -98,14 +101,36 @@ def _parser() -> _Parser:
     parser.add_argument("--recordings-dir")
     parser.add_argument("--python")
     parser.add_argument("--languages", type=_languages)
-    parser.add_argument("--memory")
-    parser.add_argument("--processes", type=int)
-    parser.add_argument("--cpu", type=float)
-    parser.add_argument("--tmpdir-limit")
+    parser.add_argument("--memory", type=_or_none(str))
+    parser.add_argument("--processes", type=_or_none(int))
+    parser.add_argument("--cpu", type=_or_none(float))
+    parser.add_argument("--tmpdir-limit", type=_or_none(str))
+    parser.add_argument("--recording-limit", type=_or_none(str))
+    parser.add_argument("--writes-limit", type=_or_none(str))
     parser.add_argument("--best-effort", action="store_true")
     parser.add_argument("--strict", action="store_true")
     parser.add_argument("--read-root", action="append", dest="read_roots")
     return parser
+
+
+#: What a limit option takes for "no limit" (as on the command line).
+NO_LIMIT = "none"
+
+
+def _or_none(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A limit's value read by ``kind``, or ``none`` for no limit."""
+
+    def read(text: str) -> Any:
+        if text.strip().lower() == NO_LIMIT:
+            return NO_LIMIT
+        try:
+            return kind(text)
+        except ValueError:
+            what = {"int": "a whole number", "float": "a number"}.get(kind.__name__, "a value")
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} (or none for no limit)") from None
+
+    read.__name__ = kind.__name__  # (argparse names the type in its messages)
+    return read
 
 
 def _languages(text: str) -> tuple[str, ...]:
@@ -125,8 +150,17 @@ def parse_cell_line(line: str) -> CellOptions:
     ns = _parser().parse_args(words)
     if ns.best_effort and ns.strict:
         raise OptionsError(f"--best-effort and --strict contradict each other; give one\nusage: {USAGE}")
-    given = {"memory": ns.memory, "processes": ns.processes, "cpu": ns.cpu, "tmpdir": ns.tmpdir_limit}
-    changes: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+    given = {
+        "memory": ns.memory,
+        "processes": ns.processes,
+        "cpu": ns.cpu,
+        "tmpdir": ns.tmpdir_limit,
+        "recording": ns.recording_limit,
+        "writes": ns.writes_limit,
+    }
+    changes: dict[str, Any] = {
+        key: None if value == NO_LIMIT else value for key, value in given.items() if value is not None
+    }
     if ns.best_effort or ns.strict:
         changes["enforce"] = "best_effort" if ns.best_effort else "strict"
     return CellOptions(

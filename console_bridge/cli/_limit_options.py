@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -12,21 +12,68 @@ from console_bridge._confinement._limits import Limits
 from console_bridge._console._profiles import load_profile
 from console_bridge.cli._common import ByteSize
 
-__all__ = ["limit_options", "limits_from_options"]
+__all__ = ["NO_LIMIT", "limit_options", "limits_from_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: What a limit option takes for "no limit" (the profile's value is dropped, ``Limits(name=None)``).
+NO_LIMIT = "none"
+
+
+if TYPE_CHECKING:
+    _AnyParam = click.ParamType[Any]
+else:  # click < 8.2 has no generic ParamType
+    _AnyParam = click.ParamType
+
+
+class _OrNone(_AnyParam):
+    """A limit's value, or ``none`` for no limit."""
+
+    def __init__(self, inner: _AnyParam) -> None:
+        self.inner = inner
+        self.name = f"{inner.name}|none"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().lower() == NO_LIMIT:
+            return NO_LIMIT
+        try:
+            return self.inner.convert(value, param, ctx)
+        except click.BadParameter as exc:
+            self.fail(f"{exc.message.rstrip('.')}; or none for no limit", param, ctx)
+
+
 _OPTIONS = (
-    click.option("--memory", type=ByteSize(), help="Memory limit of the session's whole tree (e.g. 2GiB)."),
-    click.option("--processes", type=click.IntRange(min=8), help="Processes and threads the session's tree may hold."),
-    click.option("--cpu", type=click.FloatRange(min=0.01, max=4096), help="CPUs' worth of time, e.g. 1.5."),
-    click.option("--tmpdir-limit", type=ByteSize(), help="Bytes the session may write to its private TMPDIR."),
-    click.option("--recording-limit", type=ByteSize(), help="Raw output kept per recording file."),
+    click.option(
+        "--memory",
+        type=_OrNone(ByteSize()),
+        help="Memory limit of the session's whole tree (e.g. 2GiB; none: no limit).",
+    ),
+    click.option(
+        "--processes",
+        type=_OrNone(click.IntRange(min=8)),
+        help="Processes and threads the session's tree may hold (none: no limit).",
+    ),
+    click.option(
+        "--cpu",
+        type=_OrNone(click.FloatRange(min=0.01, max=4096)),
+        help="CPUs' worth of time, e.g. 1.5 (none: no cap).",
+    ),
+    click.option(
+        "--tmpdir-limit",
+        type=_OrNone(ByteSize()),
+        help="Bytes the session may write to its private TMPDIR (none: no cap).",
+    ),
+    click.option(
+        "--recording-limit",
+        type=_OrNone(ByteSize()),
+        help="Bytes the session's whole recording may hold on disk; past it a cell's raw output is not kept (none: no "
+        "cap; --strict needs none, since only an rlimit holds it).",
+    ),
     click.option(
         "--writes-limit",
-        type=ByteSize(),
-        help="Bytes the code may add to a writable workspace and roots (no mechanism holds it yet: refused "
-        "unless --best-effort).",
+        type=_OrNone(ByteSize()),
+        help="Bytes the code may add to a writable workspace and roots: the bridge's accounting stops the cells past "
+        "it; nothing to hold under a read-only profile (none: no limit).",
     ),
     click.option(
         "--best-effort",
@@ -36,7 +83,7 @@ _OPTIONS = (
     click.option(
         "--strict",
         is_flag=True,
-        help="Refuse unless every limit holds for the whole session tree (no per-process rlimit).",
+        help="Refuse unless a cgroup or a file system cap holds every limit (no rlimit, no accounting).",
     ),
     click.option(
         "--read-root",
@@ -66,7 +113,7 @@ def limits_from_options(profile: str, options: dict[str, Any]) -> Limits | None:
         "recording": options.get("recording_limit"),
         "writes": options.get("writes_limit"),
     }
-    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    changes: dict[str, Any] = {k: None if v == NO_LIMIT else v for k, v in given.items() if v is not None}
     if options.get("best_effort") and options.get("strict"):
         raise click.UsageError("--best-effort and --strict contradict each other; give one")
     if options.get("best_effort"):

@@ -89,7 +89,7 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
         try:
             await console.start()
             status = console.status()
-            state.version, state.command = status.version, status.command
+            state.version, state.command, state.limits = status.version, status.command, status.limits
             if status.sandbox is not None:
                 state.sandbox = {**status.sandbox, "description": _describe(status.sandbox)}
             term.info(

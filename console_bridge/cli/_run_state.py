@@ -58,6 +58,7 @@ class RunState:
     version: str | None = None
     command: str | None = None
     sandbox: dict[str, Any] | None = None
+    limits: dict[str, dict[str, Any]] | None = None  # status().limits: each limit's value and what holds it
     images: list[tuple[str, Image]] = field(default_factory=list)
     recording: dict[str, Any] | None = None
     console: AsyncConsole | None = None
@@ -88,6 +89,7 @@ class RunState:
             "workspace": str(opts.workspace.resolve()),
             "writable_roots": [str(Path(root).expanduser().resolve()) for root in opts.writable_roots],
             "sandbox": self.sandbox,
+            "limits": self.limits,
             "started_at": iso(self.started_at),
             "ended_at": iso(ended),
             "duration_s": round((ended - self.started_at).total_seconds(), 3),

@@ -252,3 +252,31 @@ def test_status_line_on_a_tty(tmp_path: Path) -> None:
     assert stdout == "done waiting\n"
     assert "\r[console-bridge] running wait.py" in stderr
     assert "\r" not in stdout
+
+
+@pytest.mark.console
+def test_limit_options_take_none_and_strict_starts_once_no_rlimit_is_asked_for(cb: Runner, tmp_path: Path) -> None:
+    write(tmp_path, "a.py", "print(6 * 7)\n")
+    # Every shipped profile caps the recording, which only RLIMIT_FSIZE holds: --strict alone is
+    # refused before anything starts, and the refusal names the option that lifts the cap.
+    refused = cb("run", "--strict", "a.py")
+    assert refused.returncode == 3, refused.stderr
+    assert "--recording-limit none" in refused.stderr and "Nothing was started" in refused.stderr
+    # With every limit an rlimit could hold given as none, only the tmpfs TMPDIR and the read-only
+    # view hold limits: strict accepts those on every host kind.
+    args = ["--strict", "--recording-limit", "none", "--memory", "none", "--processes", "none", "--cpu", "none"]
+    proc = cb("run", *args, "--writes-limit", "none", "--artifacts", "out", "a.py")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "42\n"
+    limits = json.loads((tmp_path / "out" / "report.json").read_text())["limits"]
+    assert {name: limits[name]["enforced_by"] for name in limits} == {
+        "memory": None,
+        "processes": None,
+        "cpu": None,
+        "tmpdir": "tmpfs",
+        "recording": None,
+        "writes": None,
+    }
+    assert limits["recording"]["value"] is None and limits["tmpdir"]["value"] == 2 << 30
+    bad = cb("run", "--memory", "lots", "a.py")
+    assert bad.returncode == 2 and "--memory" in bad.stderr and "none" in bad.stderr

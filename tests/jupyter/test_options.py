@@ -129,3 +129,23 @@ def test_limits_and_read_roots_on_the_cell_line(tmp_path: Path) -> None:
     assert "limits" in describe_change(spec, changed)
     with pytest.raises(OptionsError, match="contradict"):
         parse_cell_line("--best-effort --strict")
+
+
+def test_every_limit_of_the_command_line_and_none_on_the_cell_line(tmp_path: Path) -> None:
+    """The magic takes the command line's limits (`--recording-limit`, `--writes-limit` too), and
+    `none` for no limit, which changes the session like any other value."""
+    options = parse_cell_line("--writes-limit 512MiB --recording-limit none --memory none --processes none --cpu 1.5")
+    assert dict(options.limits or ()) == {
+        "writes": "512MiB",
+        "recording": None,
+        "memory": None,
+        "processes": None,
+        "cpu": 1.5,
+    }
+    spec = plan_session(None, parse_cell_line("--recording-limit 64MiB"), cwd=tmp_path)
+    lifted = plan_session(spec, parse_cell_line("--recording-limit NONE --strict"), cwd=tmp_path)
+    assert dict(lifted.limits) == {"recording": None, "enforce": "strict"} and "limits" in describe_change(spec, lifted)
+    with pytest.raises(OptionsError, match=r"'lots' is not a whole number \(or none for no limit\)"):
+        parse_cell_line("--processes lots")
+    with pytest.raises(OptionsError, match="usage: .*--writes-limit SIZE"):
+        parse_cell_line("--writes")
