@@ -368,7 +368,7 @@ class AsyncConsole(ConsoleStart):
                 owner=current_owner() or self.owner,
                 server=SERVER,
             )
-            approved, error = await run_approver(approve, request)
+            approved, error = await run_approver(approve, request, timeout=self.policy.approval_timeout)
             log = self.policy.audit_log
             if log is not None:
                 from console_bridge._governance._audit import sha256_json

@@ -180,7 +180,7 @@ class ConsoleStart(ConsoleState):
             if self._state == "closed":
                 raise ConnectionClosed("this console is closed; create a new AsyncConsole")
             return
-        self._state = "starting"
+        self._state = "connecting"
         try:
             binary = await anyio.to_thread.run_sync(
                 lambda: check_binary(resolve_command(self._command), timeout=self.version_timeout)

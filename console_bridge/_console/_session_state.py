@@ -71,6 +71,42 @@ class ConsoleStatus:
     host: str | None = None
     #: what the session used so far (see :class:`SessionUsage`); None before it started
     usage: SessionUsage | None = None
+    #: who the session runs for (the console's ``owner``, or the one a session manager handed it to)
+    owner: Owner = field(default_factory=lambda: Owner("host"))
+
+    # The connection status's own fields, at the top level too (the contract's "connection status
+    # plus ..."); before the server is started they read as for a connection that has made no call.
+    @property
+    def server(self) -> str:
+        return self.connection.server if self.connection is not None else SERVER
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return self.connection.tools if self.connection is not None else ()
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        return self.connection.resources if self.connection is not None else ()
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        return self.connection.prompts if self.connection is not None else ()
+
+    @property
+    def server_info(self) -> dict[str, Any] | None:
+        return self.connection.server_info if self.connection is not None else None
+
+    @property
+    def calls(self) -> int:
+        return self.connection.calls if self.connection is not None else 0
+
+    @property
+    def last_error(self) -> str | None:
+        return self.connection.last_error if self.connection is not None else None
+
+    @property
+    def stderr_tail(self) -> str:
+        return self.connection.stderr_tail if self.connection is not None else ""
 
 
 class ConsoleState(NotCopyable):
@@ -268,6 +304,7 @@ class ConsoleState(NotCopyable):
             view=self._confined.view.describe() if self._confined.view is not None else [],
             host=self._confined.confinement.host.name if self._confined.confinement is not None else None,
             usage=self.usage(),
+            owner=self.owner,
         )
 
     # ------------------------------------------------------------ hand-over

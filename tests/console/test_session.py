@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from console_bridge import (
+    ApprovalDenied,
     AsyncConsole,
     Busy,
     CellTimeout,
@@ -48,6 +49,32 @@ async def test_python_and_sql_cells_keep_state(mcp_console, workspace, recording
             "inherit_codex": False,
         }
         assert status.dependencies == "deny" and status.profile == "read-only"
+        # the connection status's fields, at the top level as the contract has them
+        assert status.state == "idle" and status.server == "mcp-console" and status.owner == Owner("host")
+        assert status.calls == status.connection.calls >= 3 and status.tools == ("send",)
+        assert status.last_error is None and isinstance(status.stderr_tail, str)
+        assert status.server_info is not None and status.server_info["name"]
+
+
+async def test_status_before_and_while_starting_reads_as_a_connection_that_made_no_call(
+    mcp_console, workspace, recordings
+):
+    console = make(mcp_console, workspace, recordings, owner=Owner("alice"))
+    before = console.status()
+    assert before.connection is None and before.state == "new" and before.calls == 0 and before.tools == ()
+    assert before.owner == Owner("alice") and before.server == "mcp-console" and before.last_error is None
+    seen: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(console.start)
+        while console.status().state == "new":
+            await anyio.sleep(0.001)
+        seen.append(console.status().state)
+    try:
+        assert seen[0] in ("connecting", "idle")  # never a state outside the contract's
+        assert console.status().state == "idle"
+    finally:
+        await console.close()
+    assert console.status().state == "closed"
 
 
 async def test_run_streams_chunks_and_polls_to_completion(mcp_console, workspace, recordings):
@@ -144,6 +171,20 @@ async def test_model_tool_is_governed(mcp_console, workspace, recordings, tmp_pa
     assert [r.arguments["timeout_ms"] for r in asked] == [500, 500]
     events = [json.loads(line)["event"] for line in audit.read_text().splitlines()]
     assert {"approval", "refusal", "call_start", "call_end"} <= set(events)
+
+
+async def test_a_gate_that_never_answers_denies_the_model_send_after_approval_timeout(
+    mcp_console, workspace, recordings
+):
+    async def stuck(request):
+        await anyio.sleep_forever()
+
+    policy = Policy(approve=stuck, approval_timeout=0.2)
+    async with make(mcp_console, workspace, recordings, policy=policy) as c:
+        [send] = c.tools()
+        with anyio.fail_after(20), pytest.raises(ApprovalDenied, match="approval_timeout"):
+            await send({"python": "print('never runs')"})
+        assert (await c.run(python="print('host cells need no approval')")).text == "host cells need no approval\n"
 
 
 async def test_sandbox_holds(mcp_console, workspace, recordings, tmp_path):
