@@ -229,6 +229,8 @@ def test_forged_recording_links_are_never_followed(tmp_path: Path, outside: Path
         recs.get(linked_id)
     rec = recs.get(run_id)
     assert rec.finalized is False and list(rec.events()) == []
+    with pytest.raises(NotAllowed, match="is not a recording run-id"):
+        recs.get(run_id + "\n")  # (a `$` would have let the newline through)
     archive = recs.export(run_id, tmp_path / "out.tar.gz")
     with tarfile.open(archive) as tar:
         assert sorted(m.name for m in tar.getmembers()) == [run_id, f"{run_id}/capture"]

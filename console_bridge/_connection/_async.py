@@ -52,7 +52,7 @@ __all__ = ["AsyncMcpConnection", "ConnectionStatus", "Kind", "Page"]
 
 T = TypeVar("T")
 
-_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
+_PREFIX = re.compile(r"\A[A-Za-z0-9_-]{1,50}\Z")
 
 
 class AsyncMcpConnection(NotCopyable):

@@ -24,7 +24,7 @@ from console_bridge._hostfs import open_dir, open_file, remove_tree, walk_tree
 __all__ = ["Recording", "Recordings", "default_recordings_root", "find_recording", "sidecar_path", "write_sidecar"]
 
 FINISHED = "## Recording finished"
-_RUN_ID = re.compile(r"^(?P<ts>\d{8}T\d{6})(?:\.(?P<frac>\d+))?Z-(?P<pid>\d{10})$")
+_RUN_ID = re.compile(r"\A(?P<ts>\d{8}T\d{6})(?:\.(?P<frac>\d+))?Z-(?P<pid>\d{10})\Z")
 _TRANSCRIPTS = ("transcript.md", "transcript.qmd")
 _EVENTS = ("capture/events.jsonl", "internal/events.jsonl")
 

@@ -30,7 +30,7 @@ from console_bridge._results import Image
 
 __all__ = ["RecordingStage", "check_workspace", "rewrite_report", "write_artifacts"]
 
-_IMAGE_NAME = re.compile(r"^image-\d{3,}\.[A-Za-z0-9]+$")
+_IMAGE_NAME = re.compile(r"\Aimage-\d{3,}\.[A-Za-z0-9]+\Z")
 _OWN_FILES = ("output.txt", "report.json")
 
 

@@ -26,7 +26,7 @@ __all__ = ["DEFAULT_IDENTITY", "Identities", "parse_tokens"]
 
 DEFAULT_IDENTITY = "mcp-http"
 MIN_TOKEN = 16
-_OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}$")
+_OWNER = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}\Z")
 
 
 def _digest(token: str) -> bytes:

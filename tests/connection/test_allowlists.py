@@ -144,7 +144,7 @@ async def test_capability_tools_expose_the_allowlists_as_enums(conns: Any, log: 
     assert read_log(log) == [*before, "resources/read note://alpha"]
 
 
-@pytest.mark.parametrize("prefix", ["", "has space", "a.b", "x" * 51, "ünï", "a/b"])
+@pytest.mark.parametrize("prefix", ["", "has space", "a.b", "x" * 51, "ünï", "a/b", "mcp\n", "\nmcp"])
 async def test_bad_capability_prefix_is_refused(conns: Any, prefix: str) -> None:
     conn = conns(server_entry("probe.py"), resources=["r://x"])
     await conn.connect()
