@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from console_bridge._console._blocking import Console
@@ -72,3 +73,8 @@ class SessionManager(BlockingManager[AsyncSessionManager, Console]):
     def stats(self) -> ManagerStats:
         """Counters and claim latencies (local state only)."""
         return self._portal.run_sync(self._async.stats)
+
+
+# ``help(SessionManager)`` and editors show the real parameters, not ``**kwargs`` (the behaviour is
+# the async manager's, through the portal).
+SessionManager.__init__.__signature__ = inspect.signature(AsyncSessionManager.__init__)  # type: ignore[attr-defined]
