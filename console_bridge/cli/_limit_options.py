@@ -42,37 +42,25 @@ class _OrNone(_AnyParam):
             self.fail(f"{exc.message.rstrip('.')}; or none for no limit", param, ctx)
 
 
+def _limit(flag: str, kind: _AnyParam, text: str) -> Callable[[F], F]:
+    return click.option(flag, type=_OrNone(kind), help=text)
+
+
 _OPTIONS = (
-    click.option(
-        "--memory",
-        type=_OrNone(ByteSize()),
-        help="Memory limit of the session's whole tree (e.g. 2GiB; none: no limit).",
-    ),
-    click.option(
-        "--processes",
-        type=_OrNone(click.IntRange(min=8)),
-        help="Processes and threads the session's tree may hold (none: no limit).",
-    ),
-    click.option(
-        "--cpu",
-        type=_OrNone(click.FloatRange(min=0.01, max=4096)),
-        help="CPUs' worth of time, e.g. 1.5 (none: no cap).",
-    ),
-    click.option(
-        "--tmpdir-limit",
-        type=_OrNone(ByteSize()),
-        help="Bytes the session may write to its private TMPDIR (none: no cap).",
-    ),
-    click.option(
+    _limit("--memory", ByteSize(), "Memory limit of the session's whole tree (e.g. 2GiB; none: no limit)."),
+    _limit("--processes", click.IntRange(min=8), "Processes and threads the session's tree may hold (none: no limit)."),
+    _limit("--cpu", click.FloatRange(min=0.01, max=4096), "CPUs' worth of time, e.g. 1.5 (none: no cap)."),
+    _limit("--tmpdir-limit", ByteSize(), "Bytes the session may write to its private TMPDIR (none: no cap)."),
+    _limit(
         "--recording-limit",
-        type=_OrNone(ByteSize()),
-        help="Bytes the session's whole recording may hold on disk; past it a cell's raw output is not kept (none: no "
+        ByteSize(),
+        "Bytes the session's whole recording may hold on disk; past it a cell's raw output is not kept (none: no "
         "cap; --strict needs none, since only an rlimit holds it).",
     ),
-    click.option(
+    _limit(
         "--writes-limit",
-        type=_OrNone(ByteSize()),
-        help="Bytes the code may add to a writable workspace and roots: the bridge's accounting stops the cells past "
+        ByteSize(),
+        "Bytes the code may add to a writable workspace and roots: the bridge's accounting stops the cells past "
         "it; nothing to hold under a read-only profile (none: no limit).",
     ),
     click.option(
