@@ -7,7 +7,8 @@ from console_bridge._results import CellFailure
 __all__ = ["fork_refused", "limit_text", "out_of_memory"]
 
 _TEXT = {
-    "memory": "the session's memory limit ({value}); the worker was killed and its state is lost",
+    "memory": "the session's memory limit ({value}); the worker was killed and its state is lost (the files in its "
+    "TMPDIR too)",
     "processes": "the session's process limit ({value} tasks); starting more processes or threads failed",
     "tmpdir": "the TMPDIR size limit ({value}); writing more failed with 'No space left on device'",
     "tmpdir:shm": "the TMPDIR size limit ({value}), which /dev/shm shares; the cell wrote more to /dev/shm, so its "

@@ -91,10 +91,14 @@ def worker_exited_failure(language: str, status: int | None) -> CellFailure:
     if status is not None and status < 0:
         how = (
             f"the worker was killed by signal {-status} (a limit, the kernel's OOM killer or another "
-            "process); its in-memory state is lost, and a cell sent to the dead worker did not run"
+            "process); its in-memory state and the files in its TMPDIR are lost, and a cell sent to the dead "
+            "worker did not run"
         )
     else:
-        how = f"the worker exited with status {'unknown' if status is None else status}; its in-memory state is lost"
+        how = (
+            f"the worker exited with status {'unknown' if status is None else status}; its in-memory state and the "
+            "files in its TMPDIR are lost"
+        )
     return CellFailure(
         language=language,
         name="WorkerExited",

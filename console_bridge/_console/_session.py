@@ -20,7 +20,6 @@ from console_bridge._console._observe import for_model, merge, split_chunk
 from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._session_start import ConsoleStart
 from console_bridge._console._session_state import SERVER, ConsoleStatus
-from console_bridge._console._tmpdir_io import TmpdirFiles
 from console_bridge._errors import ApprovalDenied, Busy, CellTimeout, DependenciesRefused, NotAllowed
 from console_bridge._governance._policy import ApprovalRequest, run_approver
 from console_bridge._identity import current_owner
@@ -267,14 +266,13 @@ class AsyncConsole(ConsoleStart):
         return await self._call({"control": "restart", "timeout_ms": 5000})
 
     # ------------------------------------------------------ files in and out
-    def _tmp_files(self) -> TmpdirFiles:
-        return TmpdirFiles(self._confined.open_tmp_root, self._confined.tmpdir)
-
     async def put_file(self, name: str, data: bytes) -> str:
         """Write ``data`` to ``name`` in the session's private TMPDIR; return the path a cell opens.
 
         ``name`` is relative without ``..``; nothing is followed through a symlink, nothing
         existing is replaced. Raises :class:`NotAllowed` for a bad name or an existing file.
+        The file stays across :meth:`restart` (moved into the fresh worker's TMPDIR, at the same
+        name under ``os.environ["TMPDIR"]``); a worker that dies takes its files with it.
         """
         self._require("put_file")
         if not isinstance(data, bytes | bytearray | memoryview):

@@ -9,7 +9,7 @@ import dataclasses
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +29,7 @@ from console_bridge._console._observe import CellObserver, merge, reword_restart
 from console_bridge._console._profiles import Profile, load_profile
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy
+from console_bridge._console._tmpdir_io import TmpdirFiles
 from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter
 from console_bridge._console._version import Binary
 from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
@@ -364,9 +365,17 @@ class ConsoleState(NotCopyable):
         result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
         conn = self._require("send")
         language = next((lang for lang in LANGUAGES if lang in args), None)
-        if args.get("control") == "restart":
-            self._fresh_worker_ahead()
+        if args.get("control") != "restart":
+            await self._before_call()
+            return await self._send(conn, args, language, errors_as_results=errors_as_results)
+        self._fresh_worker_ahead()
         await self._before_call()
+        async with self._files_kept():
+            return await self._send(conn, args, language, errors_as_results=errors_as_results)
+
+    async def _send(
+        self, conn: AsyncMcpConnection, args: dict[str, Any], language: str | None, *, errors_as_results: bool = False
+    ) -> CellResult:
         mark = self._observer.mark(language)
         started = time.monotonic()
         meter = self._meter
@@ -544,5 +553,20 @@ class ConsoleState(NotCopyable):
         self._worker_died_at = time.monotonic()
         self._fresh_worker_ahead()
         await self._before_call()
-        with contextlib.suppress(ServerError):
-            await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})
+        async with self._files_kept():
+            with contextlib.suppress(ServerError):
+                await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})
+
+    def _tmp_files(self) -> TmpdirFiles:
+        return TmpdirFiles(self._confined.open_tmp_root, self._confined.tmpdir)
+
+    @contextlib.asynccontextmanager
+    async def _files_kept(self) -> AsyncIterator[None]:
+        """Around a restart: the worker's TMPDIR files go to the fresh worker (see ``TmpdirFiles``)."""
+        files = self._tmp_files()
+        await anyio.to_thread.run_sync(files.set_aside)
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(files.bring_back)

@@ -17,6 +17,32 @@ from console_bridge._hostfs import read_file, walk_root, write_file
 
 __all__ = ["TmpdirFiles"]
 
+#: Where a restart keeps the worker's files: in the TMPDIR root, beside the workers' folders.
+_KEPT = ".console-bridge-kept"
+#: The bridge's own entries in a data folder (the outcome hooks' folder): each worker makes its own.
+_OWN = ".console-bridge-"
+#: At most this many entries of a data folder are carried over a restart (a folder counts as one).
+MAX_CARRIED = 10_000
+
+
+def _move_all(source: int, target: int) -> int:
+    """Rename the entries of folder ``source`` into folder ``target`` (both fds); the bridge's own
+    entries and names ``target`` already has stay. How many moved."""
+    moved = 0
+    for name in sorted(os.listdir(source))[:MAX_CARRIED]:
+        if name.startswith(_OWN):
+            continue
+        try:
+            os.stat(name, dir_fd=target, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            continue  # the target has it: never replaced
+        with contextlib.suppress(OSError):
+            os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
+            moved += 1
+    return moved
+
 
 class TmpdirFiles:
     """``put``/``get``/``list`` for the cell's data folder: ``<TMPDIR>/sandbox-XXXX/data`` (mcp-console
@@ -25,31 +51,98 @@ class TmpdirFiles:
     def __init__(self, open_root: Callable[[], int | None], tmpdir: Path) -> None:
         self.open_root, self.tmpdir = open_root, tmpdir
 
+    def _newest_sandbox(self, root: int) -> str | None:
+        """The running worker's folder in the TMPDIR root ``root``: the newest ``sandbox-*``."""
+        candidates = []
+        for name in os.listdir(root):
+            if not name.startswith("sandbox-"):
+                continue
+            with contextlib.suppress(OSError):
+                info = os.stat(name, dir_fd=root, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    candidates.append((info.st_mtime, name))
+        return max(candidates)[1] if candidates else None
+
+    def _open_data(self, root: int, sandbox: str) -> int:
+        fd = os.open(sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+        try:
+            return os.open("data", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+
     def _data_dir(self) -> tuple[int, str]:
         """(fd of the cell's data folder, the path cells use for it)."""
         root = self.open_root()
         if root is None:
             raise NotAllowed("the session's TMPDIR is not available (the console is not running)")
         try:
-            candidates = []
-            for name in os.listdir(root):
-                if not name.startswith("sandbox-"):
-                    continue
-                with contextlib.suppress(OSError):
-                    info = os.stat(name, dir_fd=root, follow_symlinks=False)
-                    if stat.S_ISDIR(info.st_mode):
-                        candidates.append((info.st_mtime, name))
-            if not candidates:
+            name = self._newest_sandbox(root)
+            if name is None:
                 raise NotAllowed("the session's worker has not started yet; run a cell first")
-            name = max(candidates)[1]
-            sandbox = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
-            try:
-                data = os.open("data", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=sandbox)
-            finally:
-                os.close(sandbox)
+            data = self._open_data(root, name)
         finally:
             os.close(root)
         return data, str(self.tmpdir / name / "data")
+
+    # mcp-console gives a fresh worker a fresh, empty folder and removes the old one. Around a
+    # restart the files are moved aside, into a folder of the TMPDIR root that no worker's sandbox
+    # shows, and back into the new worker's folder: renames on the same tmpfs, no copy, nothing
+    # followed (every name is taken relative to an fd opened without following links). A worker
+    # that dies (a limit, a crash) takes its files with it: mcp-console removes the folder before
+    # the bridge hears of it.
+    def set_aside(self) -> str | None:
+        """Before a restart: move the worker's files aside; the worker's folder name, or None
+        (no TMPDIR, no worker yet). Blocking."""
+        root = self.open_root()
+        if root is None:
+            return None
+        try:
+            sandbox = self._newest_sandbox(root)
+            if sandbox is None:
+                return None
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(_KEPT, 0o700, dir_fd=root)
+            kept = os.open(_KEPT, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+            try:
+                data = self._open_data(root, sandbox)
+                try:
+                    _move_all(data, kept)
+                finally:
+                    os.close(data)
+            finally:
+                os.close(kept)
+            return sandbox
+        except OSError:
+            return None
+        finally:
+            os.close(root)
+
+    def bring_back(self) -> int:
+        """After a restart: move the files set aside into the running worker's folder (a name it
+        already has is left aside); how many were moved. Blocking."""
+        root = self.open_root()
+        if root is None:
+            return 0
+        try:
+            try:
+                kept = os.open(_KEPT, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+            except FileNotFoundError:
+                return 0
+            try:
+                sandbox = self._newest_sandbox(root)
+                if sandbox is None:
+                    return 0
+                data = self._open_data(root, sandbox)
+                try:
+                    return _move_all(kept, data)
+                finally:
+                    os.close(data)
+            finally:
+                os.close(kept)
+        except OSError:
+            return 0
+        finally:
+            os.close(root)
 
     def put(self, name: str, data: bytes) -> str:
         fd, cell_path = self._data_dir()
