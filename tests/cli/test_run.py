@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import threading
 import time
@@ -258,10 +259,15 @@ def test_status_line_on_a_tty(tmp_path: Path) -> None:
 def test_limit_options_take_none_and_strict_starts_once_no_rlimit_is_asked_for(cb: Runner, tmp_path: Path) -> None:
     write(tmp_path, "a.py", "print(6 * 7)\n")
     # Every shipped profile caps the recording, which only RLIMIT_FSIZE holds: --strict alone is
-    # refused before anything starts, and the refusal names the option that lifts the cap.
+    # refused before anything starts, and the refusal names the option that lifts the first limit
+    # it refuses (the recording's where a cgroup holds memory and processes; memory's where none does).
     refused = cb("run", "--strict", "a.py")
     assert refused.returncode == 3, refused.stderr
-    assert "--recording-limit none" in refused.stderr and "Nothing was started" in refused.stderr
+    assert "recording" in refused.stderr and "Nothing was started" in refused.stderr
+    named = re.search(r"limit (\w+)=\d+ cannot be enforced by a cgroup or a file system cap", refused.stderr)
+    assert named, refused.stderr
+    option = {"recording": "--recording-limit", "writes": "--writes-limit"}.get(named[1], f"--{named[1]}")
+    assert f"(CLI: {option} none)" in refused.stderr
     # With every limit an rlimit could hold given as none, only the tmpfs TMPDIR and the read-only
     # view hold limits: strict accepts those on every host kind.
     args = ["--strict", "--recording-limit", "none", "--memory", "none", "--processes", "none", "--cpu", "none"]
