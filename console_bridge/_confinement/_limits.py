@@ -52,6 +52,11 @@ def parse_size(value: int | str | None, what: str) -> int | None:
     return size
 
 
+#: The smallest process limit: an idle worker runs about 11 tasks (threads included), which the
+#: limit counts, so this leaves a cell about 20 more.
+MIN_PROCESSES = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one session (the server, the worker and everything a cell starts) may consume.
@@ -85,9 +90,12 @@ class Limits:
             parse_size(getattr(self, name), name)
         processes = self.processes
         if processes is not None and (
-            not isinstance(processes, int) or isinstance(processes, bool) or not 8 <= processes <= 1 << 22
+            not isinstance(processes, int) or isinstance(processes, bool) or not MIN_PROCESSES <= processes <= 1 << 22
         ):
-            raise LaunchRefused(f"limit 'processes' must be an integer from 8 up (or None), not {self.processes!r}")
+            raise LaunchRefused(
+                f"limit 'processes' must be an integer from {MIN_PROCESSES} up (or None), not {self.processes!r}: "
+                "an idle Python worker alone runs about 11 tasks, and the limit counts them"
+            )
         if self.cpu is not None and (
             not isinstance(self.cpu, int | float)
             or isinstance(self.cpu, bool)

@@ -54,6 +54,7 @@ class SessionConfinement:
         self._renamed: Path | None = None
         self._tmp_was_full = False
         self._counters: dict[str, int] = {}
+        self._tasks_seen = 0  # the session's tasks when the last cell ended (see limit_hit)
         self._worker: psutil.Process | None = None
         self._worker_fd: int | None = None  # a pidfd of the adopted worker: its liveness in one poll
         self._worker_poll: select.poll | None = None
@@ -400,8 +401,12 @@ class SessionConfinement:
             return "tmpdir"
         if self.confinement.mechanism("processes") == "userns-rlimit":
             limit = self.confinement.reports["processes"].value
-            # the kernel refuses at `limit` tasks of the namespace; a few may have ended since
-            if isinstance(limit, int) and (self._tree_tasks() >= limit - 8 or fork_refused(error)):
+            # The kernel refuses at `limit` tasks of the namespace (a few may have ended since). Only
+            # a cell that took the count there ran into it: children a cell never waited for stay as
+            # zombies and still count, and a later cell that starts nothing has not hit anything.
+            tasks, tasks_before = self._tree_tasks(), self._tasks_seen
+            self._tasks_seen = tasks
+            if isinstance(limit, int) and ((tasks >= limit - 8 and tasks > tasks_before) or fork_refused(error)):
                 return "processes"
         if self.confinement.mechanism("memory") == "rlimit" and error is not None and out_of_memory(error):
             return "memory"

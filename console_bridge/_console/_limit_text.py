@@ -9,7 +9,8 @@ __all__ = ["fork_refused", "limit_text", "out_of_memory"]
 _TEXT = {
     "memory": "the session's memory limit ({value}); the worker was killed and its state is lost (the files in its "
     "TMPDIR too)",
-    "processes": "the session's process limit ({value} tasks); starting more processes or threads failed",
+    "processes": "the session's process limit ({value} tasks); starting more processes or threads failed "
+    "(children a cell never waited for count until the worker restarts: restart() frees them)",
     "tmpdir": "the TMPDIR size limit ({value}); writing more failed with 'No space left on device'",
     "tmpdir:shm": "the TMPDIR size limit ({value}), which /dev/shm shares; the cell wrote more to /dev/shm, so its "
     "processes were stopped and the worker's state is lost (files in /dev/shm stay until the worker restarts)",
@@ -22,7 +23,8 @@ _TEXT = {
     "memory:rlimit": "the session's memory limit ({value}, RLIMIT_AS per process); an allocation failed, the "
     "worker lives on and keeps what the cell had made",
     "processes:userns-rlimit": "the session's process limit ({value} tasks, RLIMIT_NPROC over its user "
-    "namespace); starting more processes or threads failed",
+    "namespace); starting more processes or threads failed (children a cell never waited for count until the "
+    "worker restarts: restart() frees them)",
 }
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from console_bridge._confinement._limits import Limits
+from console_bridge._confinement._limits import MIN_PROCESSES, Limits
 from console_bridge._console._profiles import load_profile
 from console_bridge.cli._common import ByteSize
 
@@ -48,7 +48,11 @@ def _limit(flag: str, kind: _AnyParam, text: str) -> Callable[[F], F]:
 
 _OPTIONS = (
     _limit("--memory", ByteSize(), "Memory limit of the session's whole tree (e.g. 2GiB; none: no limit)."),
-    _limit("--processes", click.IntRange(min=8), "Processes and threads the session's tree may hold (none: no limit)."),
+    _limit(
+        "--processes",
+        click.IntRange(min=MIN_PROCESSES),
+        "Processes and threads the session's tree may hold (none: no limit).",
+    ),
     _limit("--cpu", click.FloatRange(min=0.01, max=4096), "CPUs' worth of time, e.g. 1.5 (none: no cap)."),
     _limit("--tmpdir-limit", ByteSize(), "Bytes the session may write to its private TMPDIR (none: no cap)."),
     _limit(

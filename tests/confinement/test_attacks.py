@@ -47,6 +47,7 @@ async def _works(console: AsyncConsole) -> None:
     result = await console.run(python="print(1 + 1)") if "python" in console.languages else None
     if result is not None:
         assert result.text.strip().endswith("2"), result.text
+        assert result.error is None, result.error  # a cell that hit nothing is not blamed for an earlier one
 
 
 @pytest.mark.parametrize("version", ["0.0.5", "0.0.6"])
@@ -183,6 +184,39 @@ async def test_fork_bomb_stops_at_the_process_limit(tmp_path: Path, workspace: P
         await _works(console)
         await _works(bystander)
         assert (await bystander.run(python="import os; os.fork() or os._exit(0); print('forked')")).text
+
+
+async def test_zombies_a_fork_bomb_leaves_fail_no_later_cell_that_starts_nothing(
+    workspace: Path, recordings: Path
+) -> None:
+    # Children that exit at once but are never waited for stay as zombies of the worker and keep
+    # counting against the limit (a cgroup's pids and RLIMIT_NPROC alike) until the worker restarts.
+    code = textwrap.dedent(
+        """\
+        import os
+        n = 0
+        try:
+            for _ in range(5000):
+                if os.fork() == 0:
+                    os._exit(0)
+                n += 1
+        except OSError as exc:
+            print("refused after", n, type(exc).__name__)
+        """
+    )
+    fork = "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('forked')"
+    async with _console(workspace, limits=Limits(processes=64), recordings_dir=recordings) as console:
+        await _works(console)  # the smallest limits leave an idle session room: nothing is blamed on it
+        out = await console.run(python=code, timeout=60)
+        assert "refused after" in out.combined and out.error is not None and out.error.name == "processes"
+        await _works(console)
+        await _works(console)
+        again = await console.run(python=fork)  # the zombies still hold the limit: a fork is refused, and said so
+        assert again.error is not None and again.error.name == "processes", (again.error, again.combined)
+        assert "restart() frees them" in again.error.message
+        await console.restart()
+        freed = await console.run(python=fork)
+        assert freed.text == "forked\n" and freed.error is None, (freed.error, freed.combined)
 
 
 async def test_memory_hog_stops_at_the_memory_limit(workspace: Path, recordings: Path) -> None:
