@@ -460,7 +460,7 @@ def _console_bridge_install(_dir_name, _want_sql):
             import duckdb
         except Exception as exc:
             message = (f"SQL is withheld: duckdb cannot be imported in the worker's Python ({sys.executable}): "
-                       f"{exc}. Install it there (pip install duckdb, or console-bridge[datascience]).")
+                       f"{exc}. Install it there (pip install 'duckdb>=1.0').")
             record({"type": "notice", "topic": "sql", "message": message})
             error = RuntimeError(message)
             failure("sql", error)

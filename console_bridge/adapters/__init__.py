@@ -3,10 +3,10 @@
 One module per framework, each behind its extra, each importing its framework only
 when it is imported itself (``import console_bridge`` never imports a framework)::
 
-    console_bridge.adapters.openai_agents.function_tools(handles)    # pip install 'console-bridge[openai-agents]'
-    console_bridge.adapters.langchain.langchain_tools(handles)       # pip install 'console-bridge[langchain]'
-    console_bridge.adapters.pydantic_ai.pydantic_ai_tools(handles)   # pip install 'console-bridge[pydantic-ai]'
-    console_bridge.adapters.anthropic.tool_params(handles)           # pip install 'console-bridge[anthropic]'
+    console_bridge.adapters.openai_agents.function_tools(handles)    # the [openai-agents] extra
+    console_bridge.adapters.langchain.langchain_tools(handles)       # the [langchain] extra
+    console_bridge.adapters.pydantic_ai.pydantic_ai_tools(handles)   # the [pydantic-ai] extra
+    console_bridge.adapters.anthropic.tool_params(handles)           # the [anthropic] extra
     console_bridge.adapters.anthropic.run_tool_uses(message, handles)
 
 Every adapter keeps each handle's exact JSON input schema, calls the handle under its

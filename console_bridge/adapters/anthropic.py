@@ -1,6 +1,6 @@
 """Anthropic Messages API adapter: tool definitions and ``tool_result`` blocks for ToolHandles.
 
-Needs the ``anthropic`` extra (``pip install 'console-bridge[anthropic]'``). Example::
+Needs the ``anthropic`` extra (``pip install -e '.[anthropic]'`` in the console-bridge checkout). Example::
 
     import anthropic
     from console_bridge import AsyncConsole
@@ -34,6 +34,8 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
+from console_bridge._extras import install_hint
+
 try:
     from anthropic.types import (
         ImageBlockParam,
@@ -43,7 +45,7 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "console_bridge.adapters.anthropic needs the Anthropic SDK: pip install 'console-bridge[anthropic]'"
+        f"console_bridge.adapters.anthropic needs the Anthropic SDK: {install_hint('anthropic')}"
     ) from exc
 
 from console_bridge import Image, ToolHandle

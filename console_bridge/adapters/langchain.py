@@ -1,6 +1,6 @@
 """LangChain adapter: :class:`~console_bridge.ToolHandle` s as LangChain tools (``StructuredTool``).
 
-Needs the ``langchain`` extra (``pip install 'console-bridge[langchain]'``, which
+Needs the ``langchain`` extra (``pip install -e '.[langchain]'`` in the console-bridge checkout, which
 installs ``langchain-core``). Example::
 
     from console_bridge import AsyncConsole
@@ -36,12 +36,12 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from console_bridge._extras import install_hint
+
 try:
     from langchain_core.tools import BaseTool, StructuredTool, ToolException
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "console_bridge.adapters.langchain needs langchain-core: pip install 'console-bridge[langchain]'"
-    ) from exc
+    raise ImportError(f"console_bridge.adapters.langchain needs langchain-core: {install_hint('langchain')}") from exc
 
 from console_bridge import ToolHandle
 from console_bridge.adapters._common import Outcome, as_handles, b64, invoke, invoke_blocking, running_loop

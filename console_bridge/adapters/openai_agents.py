@@ -1,6 +1,6 @@
 """OpenAI Agents SDK adapter: :class:`~console_bridge.ToolHandle` s as ``agents.FunctionTool`` s.
 
-Needs the ``openai-agents`` extra (``pip install 'console-bridge[openai-agents]'``). Example::
+Needs the ``openai-agents`` extra (``pip install -e '.[openai-agents]'`` in the console-bridge checkout). Example::
 
     from agents import Agent, Runner
     from console_bridge import AsyncConsole
@@ -31,12 +31,14 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from console_bridge._extras import install_hint
+
 try:
     from agents import AgentsException, FunctionTool, ToolOutputImage, ToolOutputText
     from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "console_bridge.adapters.openai_agents needs the OpenAI Agents SDK: pip install 'console-bridge[openai-agents]'"
+        f"console_bridge.adapters.openai_agents needs the OpenAI Agents SDK: {install_hint('openai-agents')}"
     ) from exc
 
 from console_bridge import BridgeError, ToolHandle

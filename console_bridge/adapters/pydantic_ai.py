@@ -1,6 +1,6 @@
 """Pydantic AI adapter: :class:`~console_bridge.ToolHandle` s as ``pydantic_ai.Tool`` s.
 
-Needs the ``pydantic-ai`` extra (``pip install 'console-bridge[pydantic-ai]'``, which
+Needs the ``pydantic-ai`` extra (``pip install -e '.[pydantic-ai]'`` in the console-bridge checkout, which
 installs ``pydantic-ai-slim``). Example::
 
     from pydantic_ai import Agent
@@ -34,12 +34,12 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from console_bridge._extras import install_hint
+
 try:
     from pydantic_ai import BinaryContent, BinaryImage, Tool, ToolFailed
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "console_bridge.adapters.pydantic_ai needs Pydantic AI: pip install 'console-bridge[pydantic-ai]'"
-    ) from exc
+    raise ImportError(f"console_bridge.adapters.pydantic_ai needs Pydantic AI: {install_hint('pydantic-ai')}") from exc
 
 from console_bridge import ToolHandle
 from console_bridge.adapters._common import Outcome, as_handles, invoke

@@ -30,6 +30,7 @@ from console_bridge._console._session import AsyncConsole
 from console_bridge._console._version import QUALIFIED_VERSIONS, Binary, check_binary, resolve_command
 from console_bridge._console._worker_env import inspect_venv, missing_modules
 from console_bridge._errors import BridgeError
+from console_bridge._extras import install_hint
 from console_bridge.cli._common import error_text, human_size, table
 
 __all__ = ["doctor_command"]
@@ -145,7 +146,7 @@ _DATA_PACKAGES = ("pandas", "pyarrow", "matplotlib")
 
 
 def _check_packages(prefix: Path | None) -> Check:
-    """What an analysis usually imports (the console-bridge[datascience] extra); informational."""
+    """What an analysis usually imports (console-bridge's [datascience] extra); informational."""
     if prefix is None:
         return Check("data packages", "skip", "no worker python", required=False)
     missing = missing_modules(prefix, _DATA_PACKAGES, timeout=_PROBE_TIMEOUT)
@@ -157,7 +158,7 @@ def _check_packages(prefix: Path | None) -> Check:
         "data packages",
         "info",
         f"not in the worker's venv: {', '.join(missing)} (cells that import them fail). Add them with "
-        f"{prefix}/bin/pip install 'console-bridge[datascience]' or the packages you need",
+        f"{install_hint('datascience', missing, pip=f'{prefix}/bin/pip')}, or the packages you need",
         required=False,
         data={"missing": list(missing)},
     )

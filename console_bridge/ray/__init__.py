@@ -45,12 +45,12 @@ Policies with an approval callback run on the node (the callback is pickled ther
 
 from __future__ import annotations
 
+from console_bridge._extras import install_hint
+
 try:
     import ray as _ray  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "console_bridge.ray needs Ray: install the extra with `pip install 'console-bridge[ray]'`"
-    ) from exc
+    raise ImportError(f"console_bridge.ray needs Ray: {install_hint('ray')}") from exc
 
 from console_bridge.ray._blocking import BlockingRayConsole, BlockingRaySessionManager
 from console_bridge.ray._host import RayConsoleStatus

@@ -133,6 +133,15 @@ def test_a_missing_framework_names_the_extra_to_install() -> None:
     assert [line.split(" needs ")[0] for line in lines] == [
         f"console_bridge.adapters.{module}" for module in ("openai_agents", "langchain", "pydantic_ai", "anthropic")
     ]
+    # the extra's own packages, never `pip install console-bridge[...]`: console-bridge is on no index, so
+    # that would install whatever an index serves under the name
     assert [line.split("pip install ")[-1] for line in lines] == [
-        f"'console-bridge[{extra}]'" for extra in ("openai-agents", "langchain", "pydantic-ai", "anthropic")
+        f"'{requirement}' (console-bridge's [{extra}] extra)"
+        for requirement, extra in (
+            ("openai-agents<1,>=0.24", "openai-agents"),
+            ("langchain-core<2,>=1.8", "langchain"),
+            ("pydantic-ai-slim<3,>=2.68", "pydantic-ai"),
+            ("anthropic<3,>=2.14", "anthropic"),
+        )
     ]
+    assert not any("console-bridge[" in line for line in lines)

@@ -20,7 +20,7 @@ from tests.console.conftest import binary_for
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
-ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (pip install 'console-bridge[ray]')")
+ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (pip install -e '.[ray]' in this checkout)")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
