@@ -20,6 +20,7 @@ from console_bridge._errors import LaunchRefused
 __all__ = [
     "check_project_config",
     "find_r",
+    "shared_temp_dirs",
     "split_args",
     "validate_root",
     "worker_python",
@@ -57,7 +58,7 @@ _REFUSED_HINT = {
 }
 
 
-def _shared_temp_dirs() -> set[Path]:
+def shared_temp_dirs() -> set[Path]:
     """Temporary folders every user shares: ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``$TMPDIR``'s folder."""
     found = {Path("/tmp"), Path("/dev/shm"), *(Path(s) for s in SCRATCH_DIRS)}
     with contextlib.suppress(OSError, RuntimeError):
@@ -100,7 +101,7 @@ def validate_root(raw: str | os.PathLike[str], *, what: str = "writable root") -
                 f"{what} {text!r} resolves to {str(resolved)!r}, inside the system folder {system}; "
                 "grant a specific project folder instead"
             )
-    if resolved in _shared_temp_dirs():
+    if resolved in shared_temp_dirs():
         raise LaunchRefused(
             f"{what} {text!r} is the shared temporary folder {str(resolved)!r}; grant a folder inside it instead"
         )

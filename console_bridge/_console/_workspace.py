@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console_bridge._confinement._registry import state_dir
-from console_bridge._console._launch import validate_root
+from console_bridge._console._launch import shared_temp_dirs, validate_root
 from console_bridge._console._profiles import Profile
 from console_bridge._console._sandbox import WORKSPACE
 from console_bridge._errors import LaunchRefused
@@ -35,9 +35,29 @@ HINT = (
 def vet_workspace(workspace: Path, profile: Profile) -> None:
     """Refuse ``workspace`` when ``profile`` makes it writable and it is a place no writable root may be.
 
-    Under read-only profiles any existing folder may be the workspace.
+    Under read-only profiles any existing folder may be the workspace but ``/``, the home folder,
+    an ancestor of it and a shared temporary folder: the view would hold all of it (every project,
+    the shell history, other users' temporary files), which the view exists to leave out.
     """
     if WORKSPACE not in profile.expects_writable and not profile.read_write:
+        resolved, home = workspace.resolve(), Path.home().resolve()
+        whole = (
+            "the root folder"
+            if resolved == Path("/")
+            else "a shared temporary folder"
+            if resolved in shared_temp_dirs()
+            else "your home folder"
+            if resolved == home
+            else "an ancestor of your home folder"
+            if resolved in home.parents
+            else None
+        )
+        if whole is not None:
+            raise LaunchRefused(
+                f"the workspace {str(resolved)!r} is {whole}: its cells would see all of it (other projects, "
+                f"shell history, other users' temporary files). {HINT.split(', or use the read-only')[0]}.",
+                details={"workspace": str(resolved), "profile": profile.name},
+            )
         return
     try:
         validate_root(workspace, what="workspace")

@@ -25,11 +25,13 @@ from console_bridge._confinement._unconfinable import host_gap
 from console_bridge._confinement._view import build_view
 from console_bridge._console._environments import session_environments
 from console_bridge._console._launch import worker_python
+from console_bridge._console._profiles import load_profile
 from console_bridge._console._recordings import Recordings, default_recordings_root
 from console_bridge._console._session import AsyncConsole
 from console_bridge._console._version import QUALIFIED_VERSIONS, Binary, check_binary, resolve_command
 from console_bridge._console._worker_env import inspect_venv, missing_modules
-from console_bridge._errors import BridgeError
+from console_bridge._console._workspace import vet_workspace
+from console_bridge._errors import BridgeError, LaunchRefused
 from console_bridge._extras import install_hint
 from console_bridge.cli._common import error_text, human_size, table
 
@@ -399,6 +401,12 @@ def _check_recordings(root: Path) -> Check:
 
 def _check_configs(cwd: Path) -> list[Check]:
     checks = []
+    try:
+        vet_workspace(cwd.resolve(), load_profile("read-only"))
+    except LaunchRefused as exc:
+        checks.append(
+            Check("workspace", "warn", f"`run` here is refused: {exc.message}", required=False, data={"path": str(cwd)})
+        )
     project = cwd / ".agents" / "console" / "config.yaml"
     if project.exists():
         checks.append(

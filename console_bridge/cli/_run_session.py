@@ -96,6 +96,10 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
                 f"mcp-console {state.version}, profile {opts.profile}: "
                 f"{state.sandbox['description'] if state.sandbox else 'sandbox unknown'}"
             )
+            for name, report in status.limits.items():  # (only --best-effort starts with such a limit)
+                if report.get("value") is not None and report.get("enforced_by") is None:
+                    why = report.get("note") or "nothing on this host can hold it"
+                    term.info(f"limit {name} is NOT enforced: {why}; --best-effort started anyway")
             total = len(state.files)
             for index, run in enumerate(state.files, start=1):
                 label = f"running {run.source.name}" + (f" ({index}/{total})" if total > 1 else "")

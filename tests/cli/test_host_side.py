@@ -244,11 +244,15 @@ def test_workspace_profile_refuses_home_and_its_ancestors(tmp_path: Path) -> Non
     assert os.listdir(home) == [] and sorted(os.listdir(home.parent)) == ["someone"]
 
 
-def test_read_only_profile_accepts_any_existing_folder_as_workspace() -> None:
+def test_read_only_profile_refuses_only_the_folders_the_view_would_hold_whole() -> None:
+    # (the view leaves the host's /tmp and home out; a workspace there would bring all of it in)
     for where in ("/tmp", "/etc", "/"):
-        AsyncConsole(where, profile="read-only")  # constructing starts nothing
         with pytest.raises(LaunchRefused, match="my-analysis"):
             AsyncConsole(where, profile="workspace")
+    for where in ("/tmp", "/"):
+        with pytest.raises(LaunchRefused, match="its cells would see all of it"):
+            AsyncConsole(where, profile="read-only")
+    AsyncConsole("/etc", profile="read-only")  # constructing starts nothing; /etc is in the view anyway
 
 
 @pytest.mark.console

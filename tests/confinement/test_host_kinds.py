@@ -259,3 +259,24 @@ def test_a_mask_never_covers_the_sessions_own_folders(host_tree: Path) -> None:
     masks = view.masks  # type: ignore[attr-defined]
     assert str(recordings / "state") not in masks
     assert view.contains(cache)  # type: ignore[attr-defined]
+
+
+def test_run_names_every_limit_best_effort_left_unenforced(tmp_path: Path) -> None:
+    """`run --best-effort` says on stderr which limits nothing holds here, and only those (as a normal
+    user without a cgroup: the 1 GiB memory cap RLIMIT_AS cannot hold, and the CPU cap)."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "a.py").write_text("print(6 * 7)\n")
+    cli = Path(sys.executable).with_name("console-bridge")
+    args = [str(cli), "run", "--best-effort", "--memory", "1GiB", "--cpu", "1.5", "--artifacts", "out", "a.py"]
+    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout == "42\n", proc.stderr
+    limits = json.loads((tmp_path / "out" / "report.json").read_text())["limits"]
+    loose = {name for name, report in limits.items() if report["value"] is not None and report["enforced_by"] is None}
+    named = {line.split("limit ")[1].split()[0] for line in proc.stderr.splitlines() if "is NOT enforced" in line}
+    assert named == loose, proc.stderr
+    host = detect_host()
+    if os.geteuid() != 0 and not host.cgroup_v2 and host.systemd is None:  # no cgroup can be ours here
+        assert {"memory", "cpu"} <= loose

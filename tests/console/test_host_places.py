@@ -9,7 +9,7 @@ import pytest
 from console_bridge import AsyncConsole, LaunchRefused
 
 
-def test_workspace_profile_refuses_shared_system_and_home_folders(
+def test_workspace_profile_refuses_shared_system_and_home_folders_and_read_only_the_whole_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "home" / "me"
@@ -21,7 +21,18 @@ def test_workspace_profile_refuses_shared_system_and_home_folders(
         with pytest.raises(LaunchRefused, match=r"mkdir ~/my-analysis && cd ~/my-analysis") as caught:
             AsyncConsole(where, profile="workspace")
         assert "profile 'workspace' lets the code write to the workspace" in caught.value.message
-        AsyncConsole(where, profile="read-only")  # any existing folder is fine when nothing is written there
+    # Read-only: a folder the view would hold whole (every project, the shell history, other
+    # users' temporary files) is refused too; a system folder is in the view anyway.
+    whole = {"/": "the root folder", "/tmp": "a shared temporary folder", "/var/tmp": "a shared temporary folder"}
+    whole |= {str(home): "your home folder", str(home.parent): "an ancestor of your home folder"}
+    for where, why in whole.items():
+        with pytest.raises(LaunchRefused, match=r"mkdir ~/my-analysis && cd ~/my-analysis") as caught:
+            AsyncConsole(where, profile="read-only")
+        assert f"is {why}: its cells would see all of it" in caught.value.message
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for where in ("/etc", "/usr/lib", str(elsewhere)):
+        AsyncConsole(where, profile="read-only")  # nothing is written there, and nothing more is seen
     project = home / "my-analysis"
     project.mkdir()
     AsyncConsole(project, profile="workspace", recordings_dir=tmp_path / "recs")
