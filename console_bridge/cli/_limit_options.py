@@ -39,7 +39,17 @@ class _OrNone(_AnyParam):
         try:
             return self.inner.convert(value, param, ctx)
         except click.BadParameter as exc:
-            self.fail(f"{exc.message.rstrip('.')}; or none for no limit", param, ctx)
+            self.fail(f"{exc.message.rstrip('.')}, or none for no limit", param, ctx)
+
+
+class _LimitSize(ByteSize):
+    """A size limit: at least 1 MiB (as ``Limits`` takes it)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        size = super().convert(value, param, ctx)
+        if size < 1 << 20:
+            self.fail(f"{value!r} is {size} bytes; give at least 1MiB", param, ctx)
+        return size
 
 
 def _limit(flag: str, kind: _AnyParam, text: str) -> Callable[[F], F]:
@@ -47,23 +57,23 @@ def _limit(flag: str, kind: _AnyParam, text: str) -> Callable[[F], F]:
 
 
 _OPTIONS = (
-    _limit("--memory", ByteSize(), "Memory limit of the session's whole tree (e.g. 2GiB; none: no limit)."),
+    _limit("--memory", _LimitSize(), "Memory limit of the session's whole tree (e.g. 2GiB; none: no limit)."),
     _limit(
         "--processes",
         click.IntRange(min=MIN_PROCESSES),
         "Processes and threads the session's tree may hold (none: no limit).",
     ),
     _limit("--cpu", click.FloatRange(min=0.01, max=4096), "CPUs' worth of time, e.g. 1.5 (none: no cap)."),
-    _limit("--tmpdir-limit", ByteSize(), "Bytes the session may write to its private TMPDIR (none: no cap)."),
+    _limit("--tmpdir-limit", _LimitSize(), "Bytes the session may write to its private TMPDIR (none: no cap)."),
     _limit(
         "--recording-limit",
-        ByteSize(),
+        _LimitSize(),
         "Bytes the session's whole recording may hold on disk; past it a cell's raw output is not kept (none: no "
         "cap; --strict needs none, since only an rlimit holds it).",
     ),
     _limit(
         "--writes-limit",
-        ByteSize(),
+        _LimitSize(),
         "Bytes the code may add to a writable workspace and roots: the bridge's accounting stops the cells past "
         "it; nothing to hold under a read-only profile (none: no limit).",
     ),

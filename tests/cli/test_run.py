@@ -285,4 +285,6 @@ def test_limit_options_take_none_and_strict_starts_once_no_rlimit_is_asked_for(c
     }
     assert limits["recording"]["value"] is None and limits["tmpdir"]["value"] == 2 << 30
     bad = cb("run", "--memory", "lots", "a.py")
-    assert bad.returncode == 2 and "--memory" in bad.stderr and "none" in bad.stderr
+    assert bad.returncode == 2 and "--memory" in bad.stderr and "or none for no limit" in bad.stderr
+    small = cb("run", "--tmpdir-limit", "512K", "a.py")  # refused by the option itself, naming it
+    assert small.returncode == 2 and "'--tmpdir-limit': '512K' is 524288 bytes; give at least 1MiB" in small.stderr
