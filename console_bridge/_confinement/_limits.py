@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from console_bridge._errors import LaunchRefused
 
-__all__ = ["LIMIT_NAMES", "LimitReport", "Limits", "limits_from_mapping", "parse_size"]
+__all__ = ["LIMIT_NAMES", "LimitReport", "Limits", "limits_from_mapping", "parse_size", "show_size"]
 
 LIMIT_NAMES = ("memory", "processes", "cpu", "tmpdir", "recording", "writes")
 _UNITS = {
@@ -55,6 +55,15 @@ def parse_size(value: int | str | None, what: str) -> int | None:
 #: The smallest process limit: an idle worker runs about 11 tasks (threads included), which the
 #: limit counts, so this leaves a cell about 20 more.
 MIN_PROCESSES = 32
+
+
+def show_size(value: int | float | None) -> str:
+    """``1073741824`` -> ``"1GiB"`` (as a limit is written); other values as they are."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1024:
+        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= size:
+                return f"{value / size:g}{unit}"
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from console_bridge._confinement._cgroups import (
     scope_group,
 )
 from console_bridge._confinement._host import HostKind, detect_host
-from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits
+from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits, show_size
 from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._errors import LaunchRefused
 
@@ -295,11 +295,13 @@ def plan_confinement(
             )
             where = "run where a cgroup holds it (v2 delegated to this user, a systemd user manager, or v1), "
             fix = (
-                f"{where if name in ('memory', 'processes', 'cpu') else ''}set {name}=None (CLI: --{option} none), "
-                "or drop enforce='strict' (the default 'required' accepts the weaker mechanism and reports it)"
+                "drop enforce='strict' (CLI: leave out --strict; the default 'required' holds it with the weaker "
+                f"mechanism and reports that), {where if name in ('memory', 'processes', 'cpu') else ''}or set "
+                f"{name}=None (CLI: --{option} none), which leaves it with no limit at all"
             )
+        shown = show_size(values[name]) if name in ("memory", "tmpdir", "recording", "writes") else values[name]
         raise LaunchRefused(
-            f"limit {name}={values[name]} cannot be enforced "
+            f"limit {name}={shown} cannot be enforced "
             f"{'' if name in missing else 'by a cgroup or a file system cap (which enforce=strict asks for) '}"
             f"on this host ({host.name}): {why}{others}. Fix: {fix}. status().limits and `console-bridge doctor` "
             "say what holds. Nothing was started.",

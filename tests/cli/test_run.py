@@ -264,7 +264,7 @@ def test_limit_options_take_none_and_strict_starts_once_no_rlimit_is_asked_for(c
     refused = cb("run", "--strict", "a.py")
     assert refused.returncode == 3, refused.stderr
     assert "recording" in refused.stderr and "Nothing was started" in refused.stderr
-    named = re.search(r"limit (\w+)=\d+ cannot be enforced by a cgroup or a file system cap", refused.stderr)
+    named = re.search(r"limit (\w+)=\S+ cannot be enforced by a cgroup or a file system cap", refused.stderr)
     assert named, refused.stderr
     option = {"recording": "--recording-limit", "writes": "--writes-limit"}.get(named[1], f"--{named[1]}")
     assert f"(CLI: {option} none)" in refused.stderr

@@ -60,7 +60,7 @@ def test_strict_accepts_only_a_cgroup_or_a_file_system_cap(no_cgroups: Path) -> 
     assert "RLIMIT_NPROC" in str(info.value) and "Nothing was started" in str(info.value)
     assert plan_confinement(Limits(), "t-required2", host_kind()).mechanism("processes") == "userns-rlimit"
     # cells that may write host folders: the writes limit is the bridge's accounting, not tree-wide
-    with pytest.raises(LaunchRefused, match="limit writes=1073741824 cannot be enforced by a cgroup or a file system"):
+    with pytest.raises(LaunchRefused, match="limit writes=1GiB cannot be enforced by a cgroup or a file system"):
         plan_confinement(limits, "t-strict3", host_kind(), writable=True)
     assert plan_confinement(Limits(), "t-required", host_kind()).mechanism("writes") == "accounting"
 
