@@ -191,6 +191,11 @@ def worker_python(python: str | os.PathLike[str] | None, *, venv_timeout: float 
         prefix = Path(python).expanduser().absolute()
         if prefix.is_file():  # an interpreter inside a venv: bin/python -> the venv
             prefix = prefix.parent.parent
+        if not prefix.exists():
+            raise LaunchRefused(
+                f"python={os.fspath(python)!r} (CLI: --python) does not exist; create the venv with "
+                f"`python3 -m venv {os.fspath(python)}` and install what the cells import into it, or pass another"
+            )
         if not _is_venv(prefix):
             raise LaunchRefused(
                 f"python={os.fspath(python)!r} is not a standard venv (no pyvenv.cfg); mcp-console refuses a bare "

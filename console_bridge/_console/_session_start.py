@@ -87,7 +87,7 @@ class ConsoleStart(ConsoleState):
         if "duckdb" in facts.missing:
             self._sql_withheld = (
                 f"SQL is withheld: the worker's Python ({python}) cannot import duckdb. Install it there "
-                "(`pip install 'duckdb>=1.0'`) or pass python= pointing at "
+                "(`pip install 'duckdb>=1.0'`) or pass python= (CLI: --python) pointing at "
                 "an environment that has it; Python cells are unaffected."
             )
             self._notices.append(self._sql_withheld)
