@@ -100,10 +100,10 @@ def parse_size(text: str) -> int:
 
 
 def human_size(size: int) -> str:
-    """``1536`` -> ``"1.5 KB"`` (powers of 1024)."""
+    """``1536`` -> ``"1.5 KiB"`` (powers of 1024, named as such)."""
     value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")

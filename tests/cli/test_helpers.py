@@ -124,8 +124,8 @@ def test_bad_duration_and_size(text: str) -> None:
 
 def test_human_size_and_table() -> None:
     assert human_size(0) == "0 B"
-    assert human_size(1536) == "1.5 KB"
-    assert human_size(5 * 1024**3) == "5.0 GB"
+    assert human_size(1536) == "1.5 KiB"
+    assert human_size(5 * 1024**3) == "5.0 GiB"
     assert table(["a", "bb"], [["xxx", "y"], ["z", "long last column"]]).splitlines() == [
         "a    bb",
         "xxx  y",
