@@ -123,7 +123,9 @@ def write_artifacts(
             "run (did the code replace it?); nothing was written. Use an artifacts folder outside the places the "
             "code can write, or remove what it planted"
         )
-    dest.mkdir(parents=True, exist_ok=True)
+    # A folder made here is private (0700), as the recording store is: it holds the code's output and a
+    # copy of its recording. A folder that exists keeps the mode its owner gave it.
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = open_dir(dest)
     try:
         for name in os.listdir(fd):

@@ -42,6 +42,7 @@ def test_ok_shared_state_images_and_artifacts(cb: Runner, tmp_path: Path) -> Non
     assert "sandboxed, no network access, writable: private TMPDIR" in proc.stderr
 
     out = tmp_path / "out"
+    assert (out.stat().st_mode & 0o777) == 0o700  # made private, as the recording store is
     assert (out / "output.txt").read_text() == proc.stdout
     assert (out / "image-001.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     report = json.loads((out / "report.json").read_text())
