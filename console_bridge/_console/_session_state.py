@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import anyio
 import platformdirs
+import psutil
 
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._unconfinable import refuse_unconfinable
@@ -44,6 +45,16 @@ SERVER = "mcp-console"
 LANGUAGES = ("python", "r", "sql")
 _REFUSED_ENV_PREFIXES = ("MCP_CONSOLE_", "LD_", "DYLD_")
 _REFUSED_ENV = ("TMPDIR",)
+#: What mcp-console answers a call in flight when it shuts down (its stdin closed: `console-bridge kill`).
+_STOPPED = "[worker stopped before operation completed]"
+
+
+def _alive(pid: int) -> bool:
+    """The process ``pid`` runs (a zombie does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,9 +425,27 @@ class ConsoleState(NotCopyable):
                     await self._restart_worker()
                     cell = reword_restart(cell)
                 return self._measured(cell)
+            if text.lstrip().startswith(_STOPPED) and await self._server_went_away():
+                raise ConnectionClosed(
+                    "send: the session was closed from outside while the cell ran (`console-bridge kill`, or its "
+                    "supervisor was stopped); its state is gone. Start a new console.",
+                    server=SERVER,
+                    pid=self.pid,
+                ) from None
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
         self._observer.submitted(language, mark)
         return self._measured(await self._observer.observe(result, started))
+
+    async def _server_went_away(self, within: float = 2.0) -> bool:
+        """Does the server end within ``within`` seconds (it is shutting down under the call)?"""
+        pid = self.pid
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            conn = self._conn
+            if conn is None or conn.status().state == "closed" or pid is None or not _alive(pid):
+                return True
+            await anyio.sleep(0.05)
+        return False
 
     def _measured(self, cell: CellResult) -> CellResult:
         """The observation that ends a cell carries what the cell used; the cell goes to the log."""

@@ -139,3 +139,30 @@ def test_ps_sweeps_a_session_whose_host_and_supervisor_died(tmp_path: Path, env:
         for stream in (host.stdin, host.stdout):
             if stream is not None:
                 stream.close()
+
+
+def test_kill_during_a_cell_tells_its_owner_the_session_was_closed_from_outside(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "long.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    run = subprocess.Popen(
+        [str(CLI), "run", "--recordings-dir", str(tmp_path / "rec"), "long.py"],
+        cwd=ws,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None and run.stdout.readline() == "started\n"
+        [session] = json.loads(_cli(env, "ps", "--json").stdout)
+        assert _cli(env, "kill", str(session["id"])).returncode == 0
+        _, stderr = run.communicate(timeout=60)
+        assert run.returncode == 1, stderr
+        assert "the session was closed from outside while the cell ran (`console-bridge kill`" in stderr, stderr
+        assert "refused the call" not in stderr
+    finally:
+        run.kill()
+        run.communicate()
