@@ -24,6 +24,8 @@ from console_bridge._hostfs import open_dir, open_file, remove_tree, walk_tree
 __all__ = ["Recording", "Recordings", "default_recordings_root", "find_recording", "sidecar_path", "write_sidecar"]
 
 FINISHED = "## Recording finished"
+#: A session's id, as ``console-bridge ps`` lists it (its recording's sidecar keeps it as ``session_id``).
+_SESSION_ID = re.compile(r"\A\d{8}T\d{6}-[0-9a-f]{8}\Z")
 _RUN_ID = re.compile(r"\A(?P<ts>\d{8}T\d{6})(?:\.(?P<frac>\d+))?Z-(?P<pid>\d{10})\Z")
 _TRANSCRIPTS = ("transcript.md", "transcript.qmd")
 _EVENTS = ("capture/events.jsonl", "internal/events.jsonl")
@@ -313,8 +315,19 @@ class Recordings:
         return sorted(found, key=lambda rec: rec.run_id, reverse=True)
 
     def get(self, run_id: str) -> Recording:
+        """The recording ``run_id``, or the one of the session ``console-bridge ps`` listed by that id."""
+        if isinstance(run_id, str) and _SESSION_ID.match(run_id):
+            found = [rec for rec in self.list() if rec.info.get("session_id") == run_id]
+            if not found:
+                raise BridgeError(
+                    f"no recording of session {run_id!r} under {str(self.root)!r}; see Recordings().list()"
+                )
+            run_id = found[0].run_id
         if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-            raise NotAllowed(f"{run_id!r} is not a recording run-id (like 20261129T181911.868300580Z-0000007855)")
+            raise NotAllowed(
+                f"{run_id!r} is not a recording run-id (like 20261129T181911.868300580Z-0000007855) nor a session id "
+                "of `console-bridge ps` (like 20261129T181911-1a2b3c4d)"
+            )
         path = self.root / "sessions" / run_id
         if path.is_symlink():
             raise NotAllowed(

@@ -528,6 +528,7 @@ class ConsoleState(NotCopyable):
             "mcp_console": self.version,
             "console_bridge": __version__,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "session_id": self._confined.entry.id if self._confined.entry is not None else None,
         }
         with contextlib.suppress(OSError):
             write_sidecar(recording.path, info)

@@ -105,7 +105,8 @@ Every `run` session records under ROOT/sessions/RUN_ID/. The default ROOT is
 {default_recordings_root()}
 (`run --recordings-dir` chooses another; so does --root here). A recording is
 finalized when its session closed cleanly; a live one (its server still runs)
-is never deleted or pruned.
+is never deleted or pruned. Where a RUN_ID is asked for, the session id that
+`console-bridge ps` lists (like 20261129T181911-1a2b3c4d) names its recording too.
 
 \b
 Examples:

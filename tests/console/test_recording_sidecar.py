@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from console_bridge import Console, Owner, Recordings
+from console_bridge import BridgeError, Console, Owner, Recordings
 from console_bridge._console._recordings import sidecar_path, write_sidecar
 from tests.console.conftest import binary_for
 
@@ -17,11 +17,18 @@ pytestmark = pytest.mark.console
 def test_recordings_carry_their_workspace_and_filter_by_it(tmp_path: Path) -> None:
     recs = tmp_path / "recs"
     spaces = [tmp_path / "a", tmp_path / "b"]
+    session_ids = []
     for space in spaces:
         space.mkdir()
         with Console(space, command=binary_for("0.0.6"), recordings_dir=recs, owner=Owner("agent-7")) as console:
             console.run(python="1")
+            session_ids.append(console.status().session_id)
     everything = Recordings(recs).list()
+    # `console-bridge ps` names a session by its id: the recording is found by that id too
+    by_session = Recordings(recs).get(session_ids[0])
+    assert by_session.workspace == str(spaces[0].resolve()) and by_session.info["session_id"] == session_ids[0]
+    with pytest.raises(BridgeError, match="no recording of session"):
+        Recordings(recs).get("20200101T000000-0123abcd")
     assert len(everything) == 2
     only_a = Recordings(recs).list(workspace=spaces[0])
     assert len(only_a) == 1 and only_a[0].workspace == str(spaces[0].resolve())
