@@ -154,21 +154,26 @@ async def test_the_worker_is_under_the_process_limit_when_start_returns(workspac
         assert confined._worker is worker  # the first cell found it adopted
 
 
-async def test_fork_bomb_stops_at_the_process_limit(tmp_path: Path, workspace: Path, recordings: Path) -> None:
-    code = textwrap.dedent(
-        """\
+def _fork_bomb(child: str) -> str:
+    """A cell that forks until refused; each child runs ``child``, then exits (never waited for)."""
+    return textwrap.dedent(
+        f"""\
         import os, time
         n = 0
         try:
             for _ in range(5000):
                 if os.fork() == 0:
-                    time.sleep(600)
+                    {child}
                     os._exit(0)
                 n += 1
         except OSError as exc:
             print("refused after", n, type(exc).__name__)
         """
     )
+
+
+async def test_fork_bomb_stops_at_the_process_limit(tmp_path: Path, workspace: Path, recordings: Path) -> None:
+    code = _fork_bomb("time.sleep(600)")
     other = tmp_path / "bystander"
     other.mkdir()
     async with (
@@ -191,19 +196,7 @@ async def test_zombies_a_fork_bomb_leaves_fail_no_later_cell_that_starts_nothing
 ) -> None:
     # Children that exit at once but are never waited for stay as zombies of the worker and keep
     # counting against the limit (a cgroup's pids and RLIMIT_NPROC alike) until the worker restarts.
-    code = textwrap.dedent(
-        """\
-        import os
-        n = 0
-        try:
-            for _ in range(5000):
-                if os.fork() == 0:
-                    os._exit(0)
-                n += 1
-        except OSError as exc:
-            print("refused after", n, type(exc).__name__)
-        """
-    )
+    code = _fork_bomb("pass")
     fork = "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('forked')"
     async with _console(workspace, limits=Limits(processes=64), recordings_dir=recordings) as console:
         await _works(console)  # the smallest limits leave an idle session room: nothing is blamed on it
