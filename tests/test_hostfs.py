@@ -232,6 +232,7 @@ def test_forged_recording_links_are_never_followed(tmp_path: Path, outside: Path
     with pytest.raises(NotAllowed, match="is not a recording run-id"):
         recs.get(run_id + "\n")  # (a `$` would have let the newline through)
     archive = recs.export(run_id, tmp_path / "out.tar.gz")
+    assert (archive.stat().st_mode & 0o777) == 0o600  # private, as the recording store is
     with tarfile.open(archive) as tar:
         assert sorted(m.name for m in tar.getmembers()) == [run_id, f"{run_id}/capture"]
     (tmp_path / "planted.tar.gz").symlink_to(outside / "x.tar.gz")

@@ -245,7 +245,7 @@ def _write_notebook(recording: Recording, target: Path, text: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     document = notebook(cells, title=recording.run_id, info=recording.info, note=note)
     data = (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
-    write_file(target.parent, target.name, data, replace=True)
+    write_file(target.parent, target.name, data, replace=True, mode=0o600)  # (private, as the recording store)
     return target
 
 
@@ -256,7 +256,7 @@ def _tar_tree(root: Path, run_id: str, target: Path) -> None:
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(target.name, flags, 0o644, dir_fd=parent)
+            fd = os.open(target.name, flags, 0o600, dir_fd=parent)  # (private, as the recording store)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise NotAllowed(
@@ -407,7 +407,7 @@ class Recordings:
         archive_name = target.name.endswith((".tar.gz", ".tgz"))
         if target.is_dir() or text.endswith(os.sep) or not archive_name:
             target.mkdir(parents=True, exist_ok=True)
-            target = target / f"{run_id}.tar.gz"
+            target = target / f"{recording.run_id}.tar.gz"
         target.parent.mkdir(parents=True, exist_ok=True)
         _tar_tree(self.root, recording.run_id, target)
         return target

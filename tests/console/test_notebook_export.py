@@ -33,6 +33,7 @@ async def test_a_session_exports_as_a_notebook_that_validates(workspace, recordi
         recording = console.recording
         assert recording is not None
     path = Recordings(recordings).export(recording.run_id, tmp_path / "out", format="ipynb")
+    assert (path.stat().st_mode & 0o777) == 0o600  # private, as the recording store is
     assert path == tmp_path / "out" / f"{recording.run_id}.ipynb"
     document = nbformat.read(path, as_version=4)
     nbformat.validate(document)  # raises when invalid
