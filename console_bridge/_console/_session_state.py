@@ -10,7 +10,6 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +19,7 @@ import psutil
 
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._unconfinable import refuse_unconfinable
-from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus
+from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._connection._handles import NotCopyable
 from console_bridge._console._cells import BEING_POLLED, BUSY
 from console_bridge._console._confined import SessionConfinement
@@ -30,6 +29,7 @@ from console_bridge._console._observe import CellObserver, merge, reword_restart
 from console_bridge._console._profiles import Profile, load_profile
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy
+from console_bridge._console._status import SERVER, ConsoleStatus
 from console_bridge._console._tmpdir_io import TmpdirFiles
 from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter
 from console_bridge._console._version import Binary
@@ -39,9 +39,8 @@ from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner, check_owner
 from console_bridge._results import CellFailure, CellResult
 
-__all__ = ["LANGUAGES", "SERVER", "ConsoleState", "ConsoleStatus"]
+__all__ = ["LANGUAGES", "SERVER", "ConsoleState", "ConsoleStatus"]  # (ConsoleStatus: _status.py)
 
-SERVER = "mcp-console"
 LANGUAGES = ("python", "r", "sql")
 _REFUSED_ENV_PREFIXES = ("MCP_CONSOLE_", "LD_", "DYLD_")
 _REFUSED_ENV = ("TMPDIR",)
@@ -55,70 +54,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-@dataclass(frozen=True, slots=True)
-class ConsoleStatus:
-    """A snapshot of the session (local state only)."""
-
-    connection: ConnectionStatus | None
-    state: str
-    version: str | None
-    command: str | None
-    workspace: Path
-    profile: str
-    sandbox: dict[str, Any] | None
-    dependencies: str
-    languages: tuple[str, ...]
-    poll_window: float
-    recording: Path | None
-    pid: int | None = None
-    tmpdir: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    limits: dict[str, dict[str, Any]] = field(default_factory=dict)
-    session_id: str | None = None
-    supervisor_pid: int | None = None
-    deny_read: tuple[str, ...] = ()
-    view: list[dict[str, Any]] = field(default_factory=list)
-    host: str | None = None
-    #: what the session used so far (see :class:`SessionUsage`); None before it started
-    usage: SessionUsage | None = None
-    #: who the session runs for (the console's ``owner``, or the one a session manager handed it to)
-    owner: Owner = field(default_factory=lambda: Owner("host"))
-
-    # The connection status's own fields, at the top level too (the contract's "connection status
-    # plus ..."); before the server is started they read as for a connection that has made no call.
-    @property
-    def server(self) -> str:
-        return self.connection.server if self.connection is not None else SERVER
-
-    @property
-    def tools(self) -> tuple[str, ...]:
-        return self.connection.tools if self.connection is not None else ()
-
-    @property
-    def resources(self) -> tuple[str, ...]:
-        return self.connection.resources if self.connection is not None else ()
-
-    @property
-    def prompts(self) -> tuple[str, ...]:
-        return self.connection.prompts if self.connection is not None else ()
-
-    @property
-    def server_info(self) -> dict[str, Any] | None:
-        return self.connection.server_info if self.connection is not None else None
-
-    @property
-    def calls(self) -> int:
-        return self.connection.calls if self.connection is not None else 0
-
-    @property
-    def last_error(self) -> str | None:
-        return self.connection.last_error if self.connection is not None else None
-
-    @property
-    def stderr_tail(self) -> str:
-        return self.connection.stderr_tail if self.connection is not None else ""
 
 
 class ConsoleState(NotCopyable):
