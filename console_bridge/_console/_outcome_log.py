@@ -118,10 +118,9 @@ class OutcomeLog:
     file that is gone or no longer regular is looked for again.
     """
 
-    def __init__(self, root: Path, nonce: str, *, max_depth: int = 4) -> None:
+    def __init__(self, root: Path, nonce: str) -> None:
         self.root = root
         self.dir_name = outcome_dir_name(nonce)
-        self.max_depth = max_depth
         self._path: Path | None = None
         self._dir_fd: int | None = None  # the folder of self._path, opened O_DIRECTORY | O_NOFOLLOW
 
@@ -133,37 +132,40 @@ class OutcomeLog:
         self._path = None
 
     def _locate(self) -> tuple[Path, int] | None:
-        """The log and its size now, or None when there is none (yet)."""
+        """The log and its size now, or None when there is none (yet).
+
+        Only ``<root>/sandbox-*/data/<dir_name>`` counts, where the worker's startup code makes it:
+        a copy a cell made deeper down (``cp -r $TMPDIR backup``, carried over a restart too) is
+        never taken for it. Of two (a restart under way), the more recently written one."""
         if self._path is not None:
             size = _regular_size(OUTCOMES_FILE, self._dir_fd)
             if size is not None:
                 return self._path, size
         self.close()
-        level = [str(self.root)]
-        for _ in range(self.max_depth):
-            following: list[str] = []
-            for folder in level:
-                try:
-                    entries = list(os.scandir(folder))
-                except OSError:
-                    continue
-                for entry in entries:
-                    if not entry.is_dir(follow_symlinks=False):
-                        continue
-                    if entry.name == self.dir_name:
-                        try:
-                            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                        except OSError:
-                            continue
-                        size = _regular_size(OUTCOMES_FILE, fd)
-                        if size is not None:
-                            self._path, self._dir_fd = Path(entry.path) / OUTCOMES_FILE, fd
-                            return self._path, size
-                        os.close(fd)
-                    else:
-                        following.append(entry.path)
-            level = following
-        return None
+        best: tuple[float, Path, int, int] | None = None
+        try:
+            sandboxes = [entry for entry in os.scandir(self.root) if entry.name.startswith("sandbox-")]
+        except OSError:
+            return None
+        for entry in sandboxes:
+            fd = _open_folder(entry.path, "data", self.dir_name)
+            if fd is None:
+                continue
+            try:
+                info = os.stat(OUTCOMES_FILE, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                os.close(fd)
+                continue
+            if not stat.S_ISREG(info.st_mode) or (best is not None and info.st_mtime <= best[0]):
+                os.close(fd)
+                continue
+            if best is not None:
+                os.close(best[3])
+            best = (info.st_mtime, Path(entry.path) / "data" / self.dir_name / OUTCOMES_FILE, info.st_size, fd)
+        if best is None:
+            return None
+        _, self._path, size, self._dir_fd = best
+        return self._path, size
 
     def mark(self) -> tuple[Path | None, int]:
         """Where the log ends now (taken before a cell is submitted)."""
@@ -224,6 +226,23 @@ class OutcomeLog:
                 if output is not None:
                     found[entry["id"]] = output
         return offset + end + 1, found
+
+
+def _open_folder(top: str, *names: str) -> int | None:
+    """An fd of ``top/names...``, each step a real folder (``O_NOFOLLOW``), or None."""
+    try:
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = inner
+    return fd
 
 
 def _regular_size(name: str, dir_fd: int | None) -> int | None:

@@ -56,6 +56,30 @@ async def test_restart_keeps_the_files_put_and_written_and_loses_the_memory(
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+async def test_a_copy_of_the_bridge_folder_a_cell_made_never_hides_the_next_errors(
+    version: str, workspace: Path, recordings: Path
+) -> None:
+    # A cell that backs up its TMPDIR copies the bridge's outcome folder too; carried over the
+    # restart, the copy must not be taken for the fresh worker's (errors would read as none).
+    async with _console(version, workspace, recordings) as console:
+        copied = await console.run(
+            python="import os, shutil; t = os.environ['TMPDIR']\nshutil.copytree(t, os.path.join(t, 'backup'))"
+        )
+        assert copied.error is None, copied.error
+        await console.restart()
+        carried = await console.run(
+            python="import os\nprint([n for n in os.listdir(os.path.join(os.environ['TMPDIR'], 'backup'))])"
+        )
+        assert "'.console-bridge-" in carried.text, carried.text  # the copy crossed the restart
+        for _ in range(2):
+            failed = await console.run(python="1 / 0")
+            assert failed.error is not None and failed.error.name == "ZeroDivisionError", failed
+        await console.restart()
+        failed = await console.run(sql="select * from no_such_table")
+        assert failed.error is not None, failed
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 async def test_planted_links_cross_a_restart_as_links_and_are_still_refused(
     version: str, workspace: Path, recordings: Path, tmp_path: Path
 ) -> None:

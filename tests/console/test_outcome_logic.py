@@ -80,6 +80,11 @@ def test_parse_records_skips_garbage_and_reads_failures_and_notices() -> None:
 def test_outcome_log_reads_appended_records_and_refuses_symlinks(tmp_path: Path) -> None:
     log = OutcomeLog(tmp_path, "n0nce")
     assert log.mark() == (None, 0)
+    # a copy deeper down (a cell's `cp -r $TMPDIR backup`) is never the log
+    decoy = tmp_path / "sandbox-x" / "data" / "backup" / outcome_dir_name("n0nce")
+    decoy.mkdir(parents=True)
+    (decoy / "outcomes.jsonl").write_text(json.dumps({"type": "failure", "name": "Decoy"}) + "\n")
+    assert log.mark() == (None, 0)
     folder = tmp_path / "sandbox-x" / "data" / outcome_dir_name("n0nce")
     folder.mkdir(parents=True)
     target = folder / "outcomes.jsonl"
