@@ -4,6 +4,8 @@ or a shared temporary folder itself)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,16 +42,20 @@ def vet_workspace(workspace: Path, profile: Profile) -> None:
     the shell history, other users' temporary files), which the view exists to leave out.
     """
     if WORKSPACE not in profile.expects_writable and not profile.read_write:
-        resolved, home = workspace.resolve(), Path.home().resolve()
+        resolved = workspace.resolve()
+        homes = _homes()
+        temps = shared_temp_dirs()
         whole = (
             "the root folder"
             if resolved == Path("/")
             else "a shared temporary folder"
-            if resolved in shared_temp_dirs()
+            if resolved in temps
+            else "a folder holding a shared temporary folder"
+            if any(resolved in temp.parents for temp in temps)
             else "your home folder"
-            if resolved == home
+            if resolved in homes or any(_same_folder(resolved, home) for home in homes)  # (a bind mount too)
             else "an ancestor of your home folder"
-            if resolved in home.parents
+            if any(resolved in home.parents for home in homes)
             else None
         )
         if whole is not None:
@@ -68,6 +74,26 @@ def vet_workspace(workspace: Path, profile: Profile) -> None:
             f"shared or system folder. {HINT}",
             details={"workspace": str(workspace), "profile": profile.name},
         ) from None
+
+
+def _same_folder(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
+def _homes() -> set[Path]:
+    """The user's home folder, as ``$HOME`` says and as the password database says (a changed or
+    unset ``HOME`` must not make the real one acceptable)."""
+    found = set()
+    with contextlib.suppress(KeyError, RuntimeError, OSError):
+        found.add(Path.home().resolve())
+    with contextlib.suppress(KeyError, OSError, ImportError):
+        import pwd
+
+        found.add(Path(pwd.getpwuid(os.getuid()).pw_dir).resolve())
+    return {home for home in found if home != Path("/")}  # (a home of "/" is the root check's)
 
 
 def writable_places(workspace: Path, profile: Profile, roots: Sequence[Path]) -> list[Path]:

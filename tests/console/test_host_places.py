@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ def test_workspace_profile_refuses_shared_system_and_home_folders_and_read_only_
     # Read-only: a folder the view would hold whole (every project, the shell history, other
     # users' temporary files) is refused too; a system folder is in the view anyway.
     whole = {"/": "the root folder", "/tmp": "a shared temporary folder", "/var/tmp": "a shared temporary folder"}
+    whole["/var"] = "a folder holding a shared temporary folder"  # (its view would hold /var/tmp)
     whole |= {str(home): "your home folder", str(home.parent): "an ancestor of your home folder"}
     for where, why in whole.items():
         with pytest.raises(LaunchRefused, match=r"mkdir ~/my-analysis && cd ~/my-analysis") as caught:
@@ -50,3 +52,15 @@ def test_recordings_dir_the_code_could_write_is_refused(tmp_path: Path) -> None:
     AsyncConsole(ws, writable_roots=[data], recordings_dir=tmp_path / "recs")
     (ws / ".agents" / "console").mkdir(parents=True)  # the server's own choice, read-only to the code
     AsyncConsole(ws, profile="workspace", recordings_dir=ws / "recs")
+
+
+def test_the_home_check_does_not_trust_home_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed HOME does not make the real home folder (from the password database) acceptable."""
+    import pwd
+
+    real = Path(pwd.getpwuid(os.getuid()).pw_dir).resolve()
+    if not real.is_dir() or real == Path("/"):
+        pytest.skip(f"this user's home folder {real} is not a folder of its own")
+    monkeypatch.setenv("HOME", "/nonexistent")
+    with pytest.raises(LaunchRefused, match="is your home folder: its cells would see all of it"):
+        AsyncConsole(real, profile="read-only")
