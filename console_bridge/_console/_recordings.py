@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import re
+import stat
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,12 +55,16 @@ def write_sidecar(recording_path: Path, info: dict[str, Any]) -> Path:
 
 def _read_sidecar(recording_path: Path) -> dict[str, Any]:
     path = sidecar_path(recording_path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:  # (non-blocking: a FIFO planted there must not hang a listing; only a regular file is read)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return {}
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
         data = os.read(fd, _SIDECAR_MAX)
+    except OSError:
+        return {}
     finally:
         os.close(fd)
     try:

@@ -50,3 +50,17 @@ def test_the_sidecar_is_created_new_and_never_through_a_symlink(tmp_path: Path) 
     with pytest.raises(OSError):
         write_sidecar(folder, {"workspace": "/x"})
     assert not target.exists()
+
+
+def test_a_sidecar_that_is_a_fifo_or_a_folder_is_ignored_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    sessions = tmp_path / "recs" / "sessions"
+    fifo_id, dir_id = "20200101T000000.000000000Z-0000000001", "20200101T000001.000000000Z-0000000002"
+    for run_id in (fifo_id, dir_id):
+        (sessions / run_id).mkdir(parents=True)
+    os.mkfifo(sidecar_path(sessions / fifo_id))
+    sidecar_path(sessions / dir_id).mkdir()
+    found = Recordings(tmp_path / "recs").list(workspace=tmp_path)  # reads every sidecar: no hang, no crash
+    assert found == []
+    assert {rec.run_id: rec.info for rec in Recordings(tmp_path / "recs").list()} == {fifo_id: {}, dir_id: {}}
