@@ -52,7 +52,9 @@ class TmpdirFiles:
         self.open_root, self.tmpdir = open_root, tmpdir
 
     def _newest_sandbox(self, root: int) -> str | None:
-        """The running worker's folder in the TMPDIR root ``root``: the newest ``sandbox-*``."""
+        """The running worker's folder in the TMPDIR root ``root``: of the ``sandbox-*`` folders, the
+        newest whose data folder has the bridge's own entry (the worker's startup code made it; a
+        cell can set its folder's mtime, not plant that in another), else the newest."""
         candidates = []
         for name in os.listdir(root):
             if not name.startswith("sandbox-"):
@@ -60,8 +62,18 @@ class TmpdirFiles:
             with contextlib.suppress(OSError):
                 info = os.stat(name, dir_fd=root, follow_symlinks=False)
                 if stat.S_ISDIR(info.st_mode):
-                    candidates.append((info.st_mtime, name))
-        return max(candidates)[1] if candidates else None
+                    candidates.append((self._booted(root, name), info.st_mtime, name))
+        return max(candidates)[2] if candidates else None
+
+    def _booted(self, root: int, sandbox: str) -> bool:
+        try:
+            data = self._open_data(root, sandbox)
+        except OSError:
+            return False
+        try:
+            return any(name.startswith(_OWN) for name in os.listdir(data))
+        finally:
+            os.close(data)
 
     def _open_data(self, root: int, sandbox: str) -> int:
         fd = os.open(sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)

@@ -125,3 +125,22 @@ async def test_a_worker_that_dies_takes_its_files_and_says_so(version: str, work
         with pytest.raises(NotAllowed):
             await console.get_file("data.csv")
         assert (await console.run(python="print('alive')")).text == "alive\n"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_cell_that_ages_its_folder_still_gets_the_files_put_for_it(
+    version: str, workspace: Path, recordings: Path
+) -> None:
+    # The worker's folder is the one its startup code marked, not merely the newest: a cell may set
+    # its folder's mtime to the past, and the session's other, older sandbox folder must not win.
+    async with _console(version, workspace, recordings) as console:
+        aged = await console.run(
+            python="import os\nos.utime(os.path.dirname(os.environ['TMPDIR']), (1, 1))\nprint(os.environ['TMPDIR'])"
+        )
+        assert aged.error is None, aged.error
+        path = await console.put_file("data.csv", b"1,2\n")
+        assert path == f"{aged.text.strip()}/data.csv"  # the worker's own folder, not the older one
+        seen = await console.run(python=f"print(open({path!r}).read(), end='')")
+        assert seen.text == "1,2\n" and seen.error is None, (seen.text, seen.error)
+        await console.restart()
+        assert await console.get_file("data.csv") == b"1,2\n"
