@@ -30,7 +30,7 @@ from console_bridge._console._profiles import Profile, load_profile
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy
 from console_bridge._console._status import SERVER, ConsoleStatus
-from console_bridge._console._tmpdir_io import TmpdirFiles
+from console_bridge._console._tmpdir_io import MAX_CARRIED, TmpdirFiles
 from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter
 from console_bridge._console._version import Binary
 from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
@@ -529,7 +529,12 @@ class ConsoleState(NotCopyable):
     async def _files_kept(self) -> AsyncIterator[None]:
         """Around a restart: the worker's TMPDIR files go to the fresh worker (see ``TmpdirFiles``)."""
         files = self._tmp_files()
-        await anyio.to_thread.run_sync(files.set_aside)
+        left = await anyio.to_thread.run_sync(files.set_aside)
+        if left:
+            self._notices.append(
+                f"a restart could not carry {left} entries of the TMPDIR to the fresh worker (at most "
+                f"{MAX_CARRIED} are carried; a folder counts as one); they are gone"
+            )
         try:
             yield
         finally:

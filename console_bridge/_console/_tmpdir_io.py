@@ -15,7 +15,7 @@ from pathlib import Path
 from console_bridge._errors import NotAllowed
 from console_bridge._hostfs import read_file, walk_root, write_file
 
-__all__ = ["TmpdirFiles"]
+__all__ = ["MAX_CARRIED", "TmpdirFiles"]
 
 #: Where a restart keeps the worker's files: in the TMPDIR root, beside the workers' folders.
 _KEPT = ".console-bridge-kept"
@@ -25,13 +25,12 @@ _OWN = ".console-bridge-"
 MAX_CARRIED = 10_000
 
 
-def _move_all(source: int, target: int) -> int:
+def _move_all(source: int, target: int) -> tuple[int, int]:
     """Rename the entries of folder ``source`` into folder ``target`` (both fds); the bridge's own
-    entries and names ``target`` already has stay. How many moved."""
+    entries and names ``target`` already has stay. (How many moved, how many of the others stayed.)"""
     moved = 0
-    for name in sorted(os.listdir(source))[:MAX_CARRIED]:
-        if name.startswith(_OWN):
-            continue
+    names = [name for name in sorted(os.listdir(source)) if not name.startswith(_OWN)]
+    for name in names[:MAX_CARRIED]:
         try:
             os.stat(name, dir_fd=target, follow_symlinks=False)
         except FileNotFoundError:
@@ -41,7 +40,7 @@ def _move_all(source: int, target: int) -> int:
         with contextlib.suppress(OSError):
             os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
             moved += 1
-    return moved
+    return moved, len(names) - moved
 
 
 class TmpdirFiles:
@@ -102,30 +101,29 @@ class TmpdirFiles:
     # followed (every name is taken relative to an fd opened without following links). A worker
     # that dies (a limit, a crash) takes its files with it: mcp-console removes the folder before
     # the bridge hears of it.
-    def set_aside(self) -> str | None:
-        """Before a restart: move the worker's files aside; the worker's folder name, or None
-        (no TMPDIR, no worker yet). Blocking."""
+    def set_aside(self) -> int:
+        """Before a restart: move the worker's files aside; how many entries could not be (past
+        ``MAX_CARRIED``, or a rename refused): the restart removes those. Blocking."""
         root = self.open_root()
         if root is None:
-            return None
+            return 0
         try:
             sandbox = self._newest_sandbox(root)
             if sandbox is None:
-                return None
+                return 0
             with contextlib.suppress(FileExistsError):
                 os.mkdir(_KEPT, 0o700, dir_fd=root)
             kept = os.open(_KEPT, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
             try:
                 data = self._open_data(root, sandbox)
                 try:
-                    _move_all(data, kept)
+                    return _move_all(data, kept)[1]
                 finally:
                     os.close(data)
             finally:
                 os.close(kept)
-            return sandbox
         except OSError:
-            return None
+            return 0
         finally:
             os.close(root)
 
@@ -146,7 +144,7 @@ class TmpdirFiles:
                     return 0
                 data = self._open_data(root, sandbox)
                 try:
-                    return _move_all(kept, data)
+                    return _move_all(kept, data)[0]
                 finally:
                     os.close(data)
             finally:

@@ -144,3 +144,17 @@ async def test_a_cell_that_ages_its_folder_still_gets_the_files_put_for_it(
         assert seen.text == "1,2\n" and seen.error is None, (seen.text, seen.error)
         await console.restart()
         assert await console.get_file("data.csv") == b"1,2\n"
+
+
+async def test_what_a_restart_cannot_carry_is_said(
+    workspace: Path, recordings: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console_bridge._console import _tmpdir_io
+
+    monkeypatch.setattr(_tmpdir_io, "MAX_CARRIED", 5)  # (10,000 in use: a folder counts as one)
+    async with _console("0.0.6", workspace, recordings) as console:
+        await console.run(python="import os\nfor i in range(8): open(os.path.join(os.environ['TMPDIR'], f'f{i}'), 'w')")
+        await console.restart()
+        assert await console.list_files() == ["f0", "f1", "f2", "f3", "f4"]
+        notices = console.status().extra["notices"]
+        assert any("could not carry 3 entries of the TMPDIR" in notice for notice in notices), notices
