@@ -104,53 +104,37 @@ class TmpdirFiles:
     def set_aside(self) -> int:
         """Before a restart: move the worker's files aside; how many entries could not be (past
         ``MAX_CARRIED``, or a rename refused): the restart removes those. Blocking."""
-        root = self.open_root()
-        if root is None:
-            return 0
-        try:
-            sandbox = self._newest_sandbox(root)
-            if sandbox is None:
-                return 0
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(_KEPT, 0o700, dir_fd=root)
-            kept = os.open(_KEPT, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
-            try:
-                data = self._open_data(root, sandbox)
-                try:
-                    return _move_all(data, kept)[1]
-                finally:
-                    os.close(data)
-            finally:
-                os.close(kept)
-        except OSError:
-            return 0
-        finally:
-            os.close(root)
+        return self._carry(aside=True)[1]
 
     def bring_back(self) -> int:
         """After a restart: move the files set aside into the running worker's folder (a name it
         already has is left aside); how many were moved. Blocking."""
+        return self._carry(aside=False)[0]
+
+    def _carry(self, *, aside: bool) -> tuple[int, int]:
+        """Move between the running worker's data folder and the kept folder (made when setting
+        aside); ``_move_all``'s (moved, stayed), or (0, 0) when either folder is not there."""
         root = self.open_root()
         if root is None:
-            return 0
+            return 0, 0
         try:
-            try:
-                kept = os.open(_KEPT, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
-            except FileNotFoundError:
-                return 0
+            if aside:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(_KEPT, 0o700, dir_fd=root)
+            kept = os.open(_KEPT, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
             try:
                 sandbox = self._newest_sandbox(root)
                 if sandbox is None:
-                    return 0
+                    return 0, 0
                 data = self._open_data(root, sandbox)
                 try:
-                    return _move_all(kept, data)[0]
+                    return _move_all(data, kept) if aside else _move_all(kept, data)
                 finally:
                     os.close(data)
             finally:
                 os.close(kept)
-        except OSError:
-            return 0
+        except OSError:  # (no kept folder to bring back from, a folder replaced by a link, ...)
+            return 0, 0
         finally:
             os.close(root)
 
