@@ -101,11 +101,14 @@ def open_root(root: Root) -> Iterator[int]:
         os.close(fd)
 
 
-def _open_child_dir(parent: int, name: str, *, create: bool, shown: str) -> int:
-    """Open ``name`` under ``parent`` as a folder (created with mode 0o755 when ``create``), never a symlink."""
+def _open_child_dir(parent: int, name: str, *, create: bool, shown: str, owner: tuple[int, int] | None = None) -> int:
+    """Open ``name`` under ``parent`` as a folder (created with mode 0o755 when ``create``, owned by
+    ``owner`` when given), never a symlink."""
     if create:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, 0o755, dir_fd=parent)
+            if owner is not None:
+                os.chown(name, *owner, dir_fd=parent, follow_symlinks=False)
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
@@ -115,12 +118,12 @@ def _open_child_dir(parent: int, name: str, *, create: bool, shown: str) -> int:
 
 
 @contextlib.contextmanager
-def _walk_to(root: int, parts: list[str], *, create: bool) -> Iterator[int]:
+def _walk_to(root: int, parts: list[str], *, create: bool, owner: tuple[int, int] | None = None) -> Iterator[int]:
     """The descriptor of the folder ``parts`` under ``root`` (closed on exit unless it is ``root``)."""
     fd = root
     try:
         for index, part in enumerate(parts):
-            child = _open_child_dir(fd, part, create=create, shown="/".join(parts[: index + 1]))
+            child = _open_child_dir(fd, part, create=create, shown="/".join(parts[: index + 1]), owner=owner)
             if fd != root:
                 os.close(fd)
             fd = child
@@ -192,25 +195,44 @@ def write_file(
     *,
     mode: int = 0o644,
     replace: bool = False,
+    inherit_owner: bool = False,
 ) -> None:
     """Create the file ``name`` under ``root`` with ``data``, creating missing folders on the way.
 
     Nothing is followed through a symlink. An existing entry is an error (``FileExistsError``)
     unless ``replace``, which removes a file or symlink there first (never a folder).
+    ``inherit_owner``: what is created belongs to the owner of ``root`` (root writing into a
+    session's TMPDIR, whose cells run as an unprivileged block of host ids).
     """
     parts = split_name(name)
-    with open_root(root) as root_fd, _walk_to(root_fd, parts[:-1], create=True) as parent:
-        if replace:
-            with contextlib.suppress(FileNotFoundError):
-                info = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
-                if stat.S_ISDIR(info.st_mode):
-                    raise IsADirectoryError(errno.EISDIR, "is a folder, not replaced", os.fspath(name))
-                os.unlink(parts[-1], dir_fd=parent)
-        fd = os.open(parts[-1], _CREATE_FLAGS, mode, dir_fd=parent)
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
+    with open_root(root) as root_fd:
+        owner = _owner_of(root_fd) if inherit_owner else None
+        with _walk_to(root_fd, parts[:-1], create=True, owner=owner) as parent:
+            _create(parent, parts[-1], data, mode=mode, replace=replace, owner=owner, shown=os.fspath(name))
+
+
+def _owner_of(fd: int) -> tuple[int, int] | None:
+    """(uid, gid) of the folder ``fd`` when it is not this process's (else None: nothing to change)."""
+    info = os.fstat(fd)
+    return None if (info.st_uid, info.st_gid) == (os.geteuid(), os.getegid()) else (info.st_uid, info.st_gid)
+
+
+def _create(
+    parent: int, name: str, data: bytes, *, mode: int, replace: bool, owner: tuple[int, int] | None, shown: str
+) -> None:
+    if replace:
+        with contextlib.suppress(FileNotFoundError):
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a folder, not replaced", shown)
+            os.unlink(name, dir_fd=parent)
+    fd = os.open(name, _CREATE_FLAGS, mode, dir_fd=parent)
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _open_locked_dir(parent: int, name: str) -> int:

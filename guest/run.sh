@@ -4,7 +4,9 @@
 #   guest/run.sh 'console-bridge doctor'          # in ~alice, `bash -lc`, a login-session scope
 #   guest/run.sh --sync 'python -c "import console_bridge"'
 #                                                 # first reinstall this clone's wheel (--no-deps)
-#   guest/run.sh --repo 'bash bed/guest/scenarios/drive.sh'   # what guest/ci.sh runs: every scenario, one boot
+#   guest/run.sh --repo 'bash bed/guest/scenarios/drive.sh'   # every scenario as alice, one boot
+#   guest/run.sh --repo --then-root 'bash /home/alice/bed/guest/scenarios/drive-root.sh' 'bash bed/...'
+#                                                 # then a command as root (guest/ci.sh: the root checks)
 #
 # Before COMMAND runs, the clone's guest/, examples/ and README.md are copied to ~alice/bed.
 # --repo also copies a clean clone (the files git tracks or would add) to ~alice/bed/repo and the
@@ -23,10 +25,12 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 G=${GUEST_DIR:-$REPO/.guest}
 SYNC=0
 COPY_REPO=0
+ROOT_CMD=
 while [ $# -gt 1 ]; do
     case $1 in
     --sync) SYNC=1; shift ;;
     --repo) COPY_REPO=1; shift ;;
+    --then-root) ROOT_CMD=$2; shift 2 ;;
     *) break ;;
     esac
 done
@@ -116,6 +120,11 @@ ts=$(now)
 if [ -t 0 ]; then STDIN=(-n); else STDIN=(); fi
 "${SSH[@]}" "${STDIN[@]}" "${GUEST_USER:-alice}@127.0.0.1" "exec timeout ${GUEST_CMD_TIMEOUT:-1800} bash -lc $(printf %q "$CMD")"
 rc=$?
+if [ -n "$ROOT_CMD" ]; then
+    "${SSH[@]}" -n root@127.0.0.1 "exec timeout ${GUEST_CMD_TIMEOUT:-1800} bash -lc $(printf %q "$ROOT_CMD")"
+    root_rc=$?
+    [ "$rc" != 0 ] || rc=$root_rc
+fi
 t_cmd=$(since "$ts")
 "${SSH[@]}" -n root@127.0.0.1 'journalctl -b --no-pager -o short-monotonic' >"$G/logs/journal-$STAMP.log" 2>&1
 "${SSH[@]}" -n root@127.0.0.1 'systemctl poweroff' >/dev/null 2>&1

@@ -8,7 +8,7 @@ elsewhere. ``detect_host()`` caches its answer; ``detect_host(refresh=True)`` re
 Test hooks (documented, for simulating other hosts): ``CONSOLE_BRIDGE_CGROUP_ROOT``
 replaces ``/sys/fs/cgroup``; ``CONSOLE_BRIDGE_SYSCTL_ROOT`` replaces ``/proc/sys``;
 ``CONSOLE_BRIDGE_NO_SYSTEMD=1`` hides the systemd manager; ``CONSOLE_BRIDGE_PLATFORM``
-replaces ``sys.platform``.
+replaces ``sys.platform``; ``CONSOLE_BRIDGE_MACHINE`` replaces ``os.uname().machine``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from pathlib import Path
 
 __all__ = ["HostKind", "detect_host", "userns_problem"]
 
+_CAP_SETGID = 6
+_CAP_SETUID = 7
 _CAP_SYS_ADMIN = 21
+#: Architectures whose system call numbers the namespace code knows (``_namespaces.SYSCALLS``).
+ARCHITECTURES = ("x86_64", "aarch64", "arm64")
+#: Idmapped mounts (``mount_setattr(MOUNT_ATTR_IDMAP)``): root's sessions need them.
+IDMAP_KERNEL = (5, 12)
 
 
 def _sysctl(name: str) -> str | None:
@@ -32,14 +38,24 @@ def _sysctl(name: str) -> str | None:
         return None
 
 
-def _has_cap_sys_admin() -> bool:
+def _effective_caps() -> int:
     try:
         for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
             if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+                return int(line.split()[1], 16)
     except (OSError, ValueError):
         pass
-    return False
+    return 0
+
+
+def _kernel() -> tuple[int, int]:
+    release = os.uname().release if hasattr(os, "uname") else ""
+    numbers = []
+    for part in release.split("-")[0].split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        numbers.append(int(digits) if digits else 0)
+    major, minor, *_rest = [*numbers, 0, 0]
+    return major, minor
 
 
 def userns_problem() -> str | None:
@@ -88,24 +104,52 @@ class HostKind:
     userns_problem: str | None  # None: unprivileged user namespaces work (as far as sysctls say)
     cgroup_v2: bool  # the unified hierarchy is mounted at the cgroup root
     systemd: str | None  # "user" | "system" | None
+    machine: str = "x86_64"  # os.uname().machine
+    kernel: tuple[int, int] = (6, 0)
+    can_map: bool = True  # CAP_SETUID and CAP_SETGID: may map other ids into a user namespace
+    max_user_namespaces: str | None = None  # the sysctl as read (None: unreadable)
 
     @property
     def linux(self) -> bool:
         return self.platform.startswith("linux")
 
     @property
-    def user_namespace(self) -> bool:
-        """Sessions build their view inside a user namespace (an unprivileged process)."""
-        return not self.privileged
+    def namespace_mode(self) -> str:
+        """``"mapped"``: root, whose sessions run as an unprivileged block of host ids (``_idmap``);
+        ``"user"``: a normal user, mapped to itself."""
+        return "mapped" if self.uid == 0 else "user"
 
     @property
     def namespace_problem(self) -> str | None:
         """Why no session view can be built here (None: it can)."""
         if not self.linux:
             return f"the platform is {self.platform}, not Linux (console-bridge confines sessions on Linux only)"
-        if self.privileged:
-            return None
-        return self.userns_problem
+        if self.machine not in ARCHITECTURES:
+            return (
+                f"this architecture ({self.machine}) is not one whose system call numbers console-bridge knows "
+                "(x86_64, aarch64); run on one of those"
+            )
+        if self.namespace_mode == "user":
+            return self.userns_problem
+        if self.max_user_namespaces == "0":
+            return (
+                "user namespaces are disabled (user.max_user_namespaces=0), and started by root a session needs one "
+                "so that its cells hold no host privilege; enable them with `sysctl -w user.max_user_namespaces=15000`"
+            )
+        if not (self.privileged and self.can_map):
+            return (
+                "this root lacks CAP_SYS_ADMIN, CAP_SETUID or CAP_SETGID (a container's root?), which building a "
+                "session's view and mapping its ids to unprivileged host ids need, and a cell must never hold uid 0 "
+                "of the host; run console-bridge as a normal user there (e.g. `docker run --user 1000`, "
+                "`USER 1000` in the image)"
+            )
+        if self.kernel < IDMAP_KERNEL:
+            return (
+                f"started by root, a session's writable folders are bound through idmapped mounts (Linux 5.12 and "
+                f"later), and this kernel is {self.kernel[0]}.{self.kernel[1]}; run console-bridge as a normal user "
+                "(its cells then hold that user's ids), or on a newer kernel"
+            )
+        return None
 
     @property
     def name(self) -> str:
@@ -126,12 +170,18 @@ def detect_host(refresh: bool = False) -> HostKind:
     root = Path(os.environ.get("CONSOLE_BRIDGE_CGROUP_ROOT") or "/sys/fs/cgroup")
     cgroup_v2 = (root / "cgroup.controllers").is_file()
     uid = os.geteuid() if hasattr(os, "geteuid") else -1
+    linux = platform.startswith("linux")
+    caps = _effective_caps() if linux else 0
     _CACHED = HostKind(
         platform=platform,
         uid=uid,
-        privileged=platform.startswith("linux") and _has_cap_sys_admin(),
+        privileged=bool(caps >> _CAP_SYS_ADMIN & 1),
         userns_problem=userns_problem(),
         cgroup_v2=cgroup_v2,
-        systemd=_systemd_manager(uid, cgroup_v2) if platform.startswith("linux") else None,
+        systemd=_systemd_manager(uid, cgroup_v2) if linux else None,
+        machine=os.environ.get("CONSOLE_BRIDGE_MACHINE") or (os.uname().machine if hasattr(os, "uname") else ""),
+        kernel=_kernel(),
+        can_map=bool(caps >> _CAP_SETUID & 1 and caps >> _CAP_SETGID & 1),
+        max_user_namespaces=_sysctl("user/max_user_namespaces"),
     )
     return _CACHED

@@ -1,36 +1,121 @@
-"""A real test of the namespaces a session needs, in a throwaway child (for ``doctor``)."""
+"""A real test of the namespaces a session needs, in a throwaway child (for ``doctor``).
+
+The child does what a session's server does before ``exec`` (``_namespaces``): enters its
+namespaces, builds a tiny view (a tmpfs root and one folder bound writable, through an
+idmapped mount for root), pivots into it and, for root, becomes the session's root. It then
+reports its ids, whether it could write a global sysctl, change the host name or see the
+host's keyrings, and writes a file through the bind; the parent checks who owns that file on
+the host.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["try_namespaces"]
+__all__ = ["NamespaceCheck", "check_namespaces", "try_namespaces"]
 
-_CODE = (
-    "import sys; sys.path.insert(0, sys.argv[1]); import _namespaces\n"
-    "try:\n"
-    "    _namespaces.enter(sys.argv[2] == '1')\n"
-    "except Exception as exc:\n"
-    "    print(exc); sys.exit(1)\n"
-)
-
-
-def try_namespaces(user_namespace: bool, *, timeout: float = 30.0) -> str | None:
-    """None when a child could enter a private mount namespace (in a user namespace when asked), else why not."""
-    here = str(Path(__file__).parent)
+_CODE = r"""
+import json, os, socket, sys
+sys.path.insert(0, sys.argv[1])
+import _namespaces
+mode, folder, ids = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+out = {}
+try:
+    userns = None
+    if mode == "mapped":
+        base, _lock = _namespaces.claim_ids(ids["locks"], ids["start"], ids["count"], ids["size"])
+        userns = _namespaces.make_user_namespace(base, ids["size"])
+        out["root_is"] = base
+    _namespaces.enter(mode)
+    root = folder + "/view"
+    plan = {"root": root, "steps": [
+        {"op": "bind", "source": folder + "/rw", "path": "/rw", "writable": True, "idmap": True},
+        {"op": "proc", "path": "/proc"},
+    ]}
+    _namespaces.apply_plan(plan, userns, out.get("root_is"))
+    if userns is not None:
+        _namespaces.become_session_root(userns)
+    _namespaces.own_keyring()
+    out["uid"] = os.getuid()
+    out["uid_map"] = " ".join(open("/proc/self/uid_map").read().split())
+    out["sysctl_writable"] = os.access("/proc/sys/kernel/core_pattern", os.W_OK)
     try:
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _CODE, here, "1" if user_namespace else "0"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"the check could not run ({exc})"
-    if done.returncode != 0:
-        return (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}")[-500:]
-    return None
+        socket.sethostname("console-bridge-check")
+        out["hostname_set"] = True
+    except OSError:
+        out["hostname_set"] = False
+    with open("/rw/written", "w") as handle:
+        handle.write("x")
+except Exception as exc:
+    out["error"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class NamespaceCheck:
+    """What the throwaway child found: None ``error`` when a session's namespaces can be built."""
+
+    error: str | None
+    mode: str
+    facts: dict[str, Any]
+
+    @property
+    def isolated(self) -> str | None:
+        """Why the child still held a host privilege (None: it held none)."""
+        if self.facts.get("sysctl_writable"):
+            return "a global sysctl (/proc/sys/kernel/core_pattern) was writable"
+        if self.facts.get("hostname_set"):
+            return "the host name could be changed"
+        if self.mode == "mapped" and self.facts.get("uid_map", "").startswith("0 0 "):
+            return "uid 0 inside was uid 0 of the host"
+        return None
+
+
+def check_namespaces(mode: str, ids: dict[str, Any] | None = None, *, timeout: float = 30.0) -> NamespaceCheck:
+    """Build a session's namespaces in a throwaway child (see the module's docstring)."""
+    here = str(Path(__file__).parent)
+    with tempfile.TemporaryDirectory(prefix="console-bridge-nscheck-") as folder:
+        os.mkdir(os.path.join(folder, "rw"), 0o755)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", _CODE, here, mode, folder, json.dumps(ids or {})],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return NamespaceCheck(f"the check could not run ({exc})", mode, {})
+        try:
+            facts = json.loads(done.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            text = done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}"
+            return NamespaceCheck(text[-500:], mode, {})
+        if "error" in facts:
+            return NamespaceCheck(str(facts["error"])[-500:], mode, facts)
+        written = Path(folder, "rw", "written")
+        try:
+            info = written.stat()
+        except OSError as exc:
+            return NamespaceCheck(f"the file written through the view is not on the host ({exc})", mode, facts)
+        facts["written_by"] = info.st_uid
+        if info.st_uid != os.geteuid():
+            return NamespaceCheck(
+                f"a file written through the view landed owned by uid {info.st_uid}, not {os.geteuid()}", mode, facts
+            )
+    return NamespaceCheck(None, mode, facts)
+
+
+def try_namespaces(mode: str, ids: dict[str, Any] | None = None, *, timeout: float = 30.0) -> str | None:
+    """None when a child could build a session's namespaces and held no host privilege in them, else why not."""
+    result = check_namespaces(mode, ids, timeout=timeout)
+    return result.error or result.isolated

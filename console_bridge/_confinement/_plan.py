@@ -221,7 +221,7 @@ def plan_confinement(
             rlimits["as"] = int(value)
             reports[name] = LimitReport(value, "rlimit", "RLIMIT_AS per process (no cgroup for the whole tree)")
             weak[name] = "only RLIMIT_AS per process holds it"
-        elif name == "processes" and host.user_namespace:
+        elif name == "processes":  # every session has a user namespace of its own (root's: unprivileged ids)
             child_rlimits["nproc"] = int(value) + PIDS_HEADROOM
             reports[name] = LimitReport(
                 value,
@@ -232,8 +232,6 @@ def plan_confinement(
             weak[name] = "only RLIMIT_NPROC counted over the session's user namespace holds it, not a cgroup"
         else:
             why = groups.errors.get(name, "no cgroup controller for it")
-            if name == "processes":
-                why += "; and root's processes are not counted by RLIMIT_NPROC"
             missing[name] = why
             reports[name] = LimitReport(value, None, why)
     if tmpdir is None:

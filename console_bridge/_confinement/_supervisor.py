@@ -124,6 +124,9 @@ class Supervisor:
         self.closing_at: float | None = None
         self.killing = False
         self.parent = os.getppid()
+        self.userns_fd: int | None = None  # root's sessions: the user namespace of the session's ids
+        self.session_ids: int | None = None  # the host id of the session's root (uid and gid)
+        self.ids_lock: int | None = None  # held while the session lives: no other session gets its ids
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -149,6 +152,24 @@ class Supervisor:
         cells = self.config.get("scope_cells")
         if isinstance(cells, dict):
             self.split_scope(int(cells["processes"]))
+        view = self.config.get("view")
+        ids = view.get("ids") if isinstance(view, dict) else None
+        if isinstance(ids, dict):
+            self.make_ids(ids)
+
+    def make_ids(self, ids: dict[str, Any]) -> None:
+        """Root's session: claim a block of unprivileged host ids and make the user namespace that
+        maps the session's ids 0.. to it (the server joins it once its view is built)."""
+        _namespaces = _sibling("_namespaces")
+        try:
+            base, self.ids_lock = _namespaces.claim_ids(
+                str(ids["locks"]), int(ids["start"]), int(ids["count"]), int(ids["size"])
+            )
+            self.userns_fd = _namespaces.make_user_namespace(base, int(ids["size"]))
+        except (_namespaces.SetupError, OSError) as exc:
+            _fail(f"making the session's user namespace failed: {exc}")
+            return
+        self.session_ids = base
 
     def split_scope(self, processes: int) -> None:
         """In a delegated systemd scope of its own: move this process (and so the server it starts)
@@ -223,8 +244,15 @@ class Supervisor:
         _namespaces = _sibling("_namespaces")
 
         try:
-            _namespaces.enter(bool(view.get("user_namespace")))
-            _namespaces.apply_plan(view)
+            if self.userns_fd is not None:
+                _namespaces.enter("mapped")
+                _namespaces.apply_plan(view, self.userns_fd, self.session_ids)
+                _namespaces.become_session_root(self.userns_fd)
+            else:
+                _namespaces.enter("user")
+                _namespaces.apply_plan(view)
+            _namespaces.own_keyring()
+            _namespaces.die_with_parent()
         except (_namespaces.SetupError, OSError) as exc:
             _fail(f"building the session's view failed: {exc}")
 

@@ -71,11 +71,9 @@ def host_gap(host: HostKind) -> HostGap | None:
         return None
     # Linux without user namespaces: the detected problem names the setting and its fix.
     missing, _sep, fix = problem.partition("; ")
-    return HostGap(
-        "Linux",
-        f"{missing}, and a normal user needs a user namespace to build a session's private mount namespace",
-        fix or "allow unprivileged user namespaces, or run as root",
-    )
+    if host.namespace_mode == "user":
+        missing += ", and a normal user needs a user namespace to build a session's private mount namespace"
+    return HostGap("Linux", missing, fix or "allow unprivileged user namespaces")
 
 
 def refuse_unconfinable(host: HostKind | None = None) -> None:

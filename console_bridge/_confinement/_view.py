@@ -42,14 +42,24 @@ SHIM_DIR = "/.console-bridge/path"
 
 @dataclass(frozen=True, slots=True)
 class ViewEntry:
-    """One host path in the view: read-only unless ``writable``; ``why`` says what needs it."""
+    """One host path in the view: read-only unless ``writable``; ``why`` says what needs it.
+
+    ``owned``: the user's own place (the workspace, read and writable roots, the server's own
+    folders), which a root-started session sees through an idmapped mount: root's files there are
+    its root's, whatever their mode. The system's trees (``/usr``, ``/opt``, the interpreters) are
+    never mapped: their root-only files stay unreadable to a session of root."""
 
     path: str
     why: str
     writable: bool = False
+    owned: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "why": self.why, "writable": self.writable}
+
+    def merged(self, why: str, writable: bool, owned: bool) -> ViewEntry:
+        """The same path asked for again: writable and owned if either asks for it."""
+        return ViewEntry(self.path, self.why, self.writable or writable, self.owned or owned)
 
 
 @dataclass(frozen=True)
@@ -92,14 +102,24 @@ class View:
         # The server's own /tmp (mcp-console makes a folder there); cells see it read-only.
         steps.append({"op": "tmpfs", "path": "/tmp", "mode": 0o1777, "size": _SERVER_TMP})
         for entry in sorted(self.entries, key=lambda e: (e.path.count("/"), e.path)):
-            steps.append({"op": "bind", "source": entry.path, "path": entry.path, "writable": entry.writable})
+            steps.append(
+                {
+                    "op": "bind",
+                    "source": entry.path,
+                    "path": entry.path,
+                    "writable": entry.writable,
+                    "idmap": entry.owned,
+                }
+            )
         for folder in self.extra_dirs:
             steps.append({"op": "dir", "path": folder})
         steps.append({"op": "dev"})
         steps.append({"op": "tmpfs", "path": "/dev/shm", "mode": 0o1777, "size": self.tmpdir_size})
         steps.append({"op": "proc", "path": "/proc"})
         if self.tmpdir:
-            steps.append({"op": "tmpfs", "path": self.tmpdir, "mode": 0o700, "size": self.tmpdir_size})
+            steps.append(
+                {"op": "tmpfs", "path": self.tmpdir, "mode": 0o700, "size": self.tmpdir_size, "session_owned": True}
+            )
         if self.hidden_commands and self.shim_source:
             steps.append({"op": "bind", "source": self.shim_source, "path": SHIM_DIR, "writable": False})
         elif self.hidden_commands:
@@ -186,16 +206,17 @@ def build_view(
     entries: dict[str, ViewEntry] = {}
     symlinks: list[tuple[str, str]] = []
 
-    def add(raw: str | os.PathLike[str], why: str, writable: bool = False) -> None:
+    def add(raw: str | os.PathLike[str], why: str, writable: bool = False, owned: bool = False) -> None:
         path = _norm(raw)
         if path == "/" or not os.path.exists(path):
             return
         real = os.path.realpath(path)
         if real != path and os.path.exists(real):  # a path through a symlink: bind where it really is too
-            add(real, why, writable)
+            add(real, why, writable, owned)
         current = entries.get(path)
-        if current is None or (writable and not current.writable):
-            entries[path] = ViewEntry(path, why, writable)
+        entries[path] = (
+            ViewEntry(path, why, writable, owned) if current is None else current.merged(why, writable, owned)
+        )
 
     for item in runtime:
         if os.path.islink(item):
@@ -208,20 +229,20 @@ def build_view(
     server_dirs_list = list(server_dirs)
     for path, why in files_list:
         add(path, why)
-    add(workspace, "workspace", workspace_writable)
+    add(workspace, "workspace", workspace_writable, owned=True)
     for path in read_roots:
-        add(path, "read root")
+        add(path, "read root", owned=True)
     for path in writable_roots:
-        add(path, "writable root", True)
+        add(path, "writable root", True, owned=True)
     for path, why in server_dirs_list:
-        add(path, why, True)
+        add(path, why, True, owned=True)
     if recording_base is not None:
-        add(recording_base, "recordings (the server writes them; cells are denied them)", True)
+        add(recording_base, "recordings (the server writes them; cells are denied them)", True, owned=True)
     # A path inside another entry with the same mode needs no bind of its own.
     kept: list[ViewEntry] = []
     for entry in sorted(entries.values(), key=lambda e: e.path):
-        parent = next((k for k in kept if _inside(entry.path, k.path)), None)
-        if parent is not None and parent.writable == entry.writable:
+        parent = next((k for k in reversed(kept) if _inside(entry.path, k.path)), None)
+        if parent is not None and (parent.writable, parent.owned) == (entry.writable, entry.owned):
             continue
         kept.append(entry)
     secrets = list(etc_secrets() if etc_masks is None else etc_masks)

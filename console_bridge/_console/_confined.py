@@ -12,8 +12,6 @@ import dataclasses
 import os
 import select
 import shutil
-import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,9 @@ from typing import Any
 import platformdirs
 import psutil
 
-from console_bridge._confinement._deny import deny_paths, expand_deny, parse_probe, probe_code_for
+from console_bridge._confinement._deny import deny_paths, expand_deny
 from console_bridge._confinement._disk import FolderUsage, RecordingCap, WriteWatch, kill_cells
+from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
@@ -31,12 +30,10 @@ from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._environments import session_environments
 from console_bridge._console._limit_text import fork_refused, limit_text, out_of_memory
-from console_bridge._errors import SandboxMismatch
+from console_bridge._console._probe import StartProbe
 from console_bridge._results import CellFailure
 
 __all__ = ["SessionConfinement"]
-
-_CANARY = "console-bridge-canary"
 
 
 class SessionConfinement:
@@ -50,8 +47,8 @@ class SessionConfinement:
         self.confinement: Confinement | None = None
         self.deny: list[str] = []
         self.view: View | None = None
-        self._canaries: list[Path] = []
-        self._renamed: Path | None = None
+        self.ids: IdRange | None = None  # root's sessions: the host ids they take a block from
+        self.probe = StartProbe()
         self._tmp_was_full = False
         self._counters: dict[str, int] = {}
         self._tasks_seen = 0  # the session's tasks when the last cell ended (see limit_hit)
@@ -74,6 +71,8 @@ class SessionConfinement:
         )
         try:
             self.confinement = plan_confinement(self.limits, self.entry.id, writable=writable)
+            # Root's sessions: the range of unprivileged host ids they run as, checked free.
+            self.ids = session_ids() if self.confinement.host.namespace_mode == "mapped" else None
         except BaseException:
             self.release()
             raise
@@ -140,7 +139,8 @@ class SessionConfinement:
             inside.append(base)
         self.deny = inside
         plan = self.view.plan()
-        plan["user_namespace"] = self.confinement.host.user_namespace
+        if self.ids is not None:
+            plan["ids"] = self.ids.config()
         self._books(recording_base, [*([self.workspace] if workspace_writable else []), *writable_roots])
         return Supervision(self.confinement, self.entry.tmpdir, (self.entry.path,), plan)
 
@@ -199,6 +199,14 @@ class SessionConfinement:
         if self.watch is not None:
             self.watch.start()
 
+    def id_mapping(self) -> dict[str, object] | None:
+        """How the session's ids map to the host's (``status().extra["ids"]``): its server's uid and gid
+        maps; for root's sessions also the range their blocks come from."""
+        mapping = session_mapping(self.entry.server_pid if self.entry is not None else None)
+        if mapping is not None and self.ids is not None:
+            mapping["range"] = self.ids.text()
+        return mapping
+
     def note_recording(self, path: Path | None) -> None:
         if self.entry is not None and path is not None and self.entry.recording != str(path):
             self.entry.recording = str(path)
@@ -206,84 +214,26 @@ class SessionConfinement:
                 self.entry.save()
 
     # ------------------------------------------------------------------ probe
-    def _plant(self, folder: Path) -> Path | None:
-        """A canary file in one of the bridge's own denied folders."""
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f".{_CANARY}-{os.getpid()}-{time.monotonic_ns()}"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            os.write(fd, b"console-bridge canary: a cell must never read this\n")
-            os.close(fd)
-        except OSError:
-            return None
-        self._canaries.append(path)
-        return path
-
     def plant_early(self) -> None:
-        """Before the server starts: a canary that will be replaced by rename once the view exists
-        (the view is built by path, so the replacement must stay as hidden as the original)."""
+        """Before the server starts: the canary the probe later replaces by rename (``_probe``)."""
         assert self.entry is not None
-        self._renamed = self._plant(self.entry.path)
+        self.probe.plant_early(self.entry.path)
 
     def probe_cell(self, recording_base: Path, writable_workspace: bool, language: str) -> str:
-        """Plant canaries inside and outside the view and return the probe cell (blocking).
-
-        Outside the view: the session's private folder, the bridge's cache folder (under the
-        home folder by default), the host's /tmp, a canary replaced by rename after the server
-        started, and one created after it started. Inside the view, denied: the recordings
-        folder and every denied path that exists."""
+        """Plant the probe's canaries and return its cell (blocking; see ``StartProbe.cell``)."""
         assert self.entry is not None
-        reads: list[str] = []
-        cache = bridge_cache_dir()
-        for item in (self.entry.path, recording_base, cache):
-            canary = self._plant(item)
-            if canary is not None:
-                reads.append(str(canary))
-        with contextlib.suppress(OSError):
-            fd, name = tempfile.mkstemp(prefix=f".{_CANARY}-", dir="/tmp")
-            os.write(fd, b"console-bridge canary in the host's /tmp\n")
-            os.close(fd)
-            self._canaries.append(Path(name))
-            reads.append(name)
-        renamed = self._renamed
-        if renamed is not None:
-            with contextlib.suppress(OSError):
-                fresh = renamed.with_name(renamed.name + ".new")
-                fresh.write_bytes(b"console-bridge canary, replaced by rename after the server started\n")
-                os.rename(fresh, renamed)
-                reads.append(str(renamed))
-        reads += [path for path in self.deny if os.path.lexists(path)]
-        writes = [str(self.entry.path / f"{_CANARY}-write"), str(recording_base / f"{_CANARY}-write")]
-        if not writable_workspace:
-            writes.append(str(self.workspace / f".{_CANARY}-write"))
-        return probe_code_for(language, list(dict.fromkeys(reads)), writes)
+        return self.probe.cell(
+            private=self.entry.path,
+            recording_base=recording_base,
+            workspace=self.workspace,
+            writable_workspace=writable_workspace,
+            deny=self.deny,
+            language=language,
+        )
 
     def check_probe(self, text: str, *, server: str, pid: int | None) -> int:
         """Raise SandboxMismatch unless the probe ran and every attempt failed; return the count."""
-        for canary in self._canaries:
-            with contextlib.suppress(OSError):
-                canary.unlink()
-        self._canaries.clear()
-        result = parse_probe(text)
-        if result is None:
-            raise SandboxMismatch(
-                "the confinement probe did not report (its output was: "
-                f"{text[:300]!r}); the deny rules cannot be proven, so the bridge fails closed. The server was "
-                "stopped before any user cell.",
-                server=server,
-                pid=pid,
-            )
-        if result.readable or result.writable:
-            raise SandboxMismatch(
-                "the sandbox does not hold what the bridge asked for: a probe cell could read "
-                f"{result.readable or 'nothing denied'} and write {result.writable or 'nothing outside its set'}. "
-                "The server was stopped before any user cell; check the mcp-console version and any project "
-                "config.",
-                server=server,
-                pid=pid,
-                details={"readable": result.readable, "writable": result.writable},
-            )
-        return result.checked
+        return self.probe.check(text, server=server, pid=pid)
 
     # ----------------------------------------------------------------- limits
     def reports(self) -> dict[str, dict[str, Any]]:
@@ -569,9 +519,7 @@ class SessionConfinement:
     # ------------------------------------------------------------------- end
     def release(self) -> None:
         """After the supervisor ended: remove what it could not (folder, groups). Blocking."""
-        for canary in self._canaries:
-            with contextlib.suppress(OSError):
-                canary.unlink()
+        self.probe.clear()
         if self._r_profile is not None:
             with contextlib.suppress(OSError):
                 self._r_profile.unlink()

@@ -244,6 +244,7 @@ class ConsoleState(NotCopyable):
             tmpdir=self._tmpdir,
             limits=self._confined.reports(),
             extra={"probe": {"checked": self._probe_checked, "ms": self._probe_ms}}
+            | ({"ids": ids} if (ids := self._confined.id_mapping()) is not None else {})
             | ({"notices": list(self._notices)} if self._notices else {}),
             session_id=self._confined.entry.id if self._confined.entry else None,
             supervisor_pid=self._confined.entry.supervisor_pid if self._confined.entry else None,

@@ -141,7 +141,7 @@ class TmpdirFiles:
     def put(self, name: str, data: bytes) -> str:
         fd, cell_path = self._data_dir()
         try:
-            write_file(fd, name, data)
+            write_file(fd, name, data, inherit_owner=True)  # root's sessions: the cells' own ids
         finally:
             os.close(fd)
         return f"{cell_path}/{name}"

@@ -18,8 +18,9 @@ import anyio
 import click
 
 from console_bridge._confinement._host import detect_host
+from console_bridge._confinement._idmap import session_ids
 from console_bridge._confinement._limits import Limits
-from console_bridge._confinement._namespaces_check import try_namespaces
+from console_bridge._confinement._namespaces_check import check_namespaces
 from console_bridge._confinement._plan import TREE_WIDE, plan_confinement
 from console_bridge._confinement._unconfinable import host_gap
 from console_bridge._confinement._view import build_view
@@ -197,19 +198,48 @@ def _check_namespaces() -> list[Check]:
             )
         )
         return checks
-    kind = "mount namespace (privileged)" if host.privileged else "user + mount namespaces (unprivileged)"
-    error = try_namespaces(host.user_namespace, timeout=_PROBE_TIMEOUT)
-    if error is not None:
+    ids = None
+    if host.namespace_mode == "mapped":
+        try:
+            ids = session_ids()
+        except BridgeError as exc:
+            checks.append(Check("session ids", "fail", error_text(exc)))
+            return checks
+        kind = f"user namespace mapping root to unprivileged host ids ({ids.text()}), mount, UTS and IPC namespaces"
+    else:
+        kind = f"user namespace mapping uid {host.uid} to itself, mount, UTS and IPC namespaces"
+    result = check_namespaces(host.namespace_mode, ids.config() if ids is not None else None, timeout=_PROBE_TIMEOUT)
+    problem = result.error or result.isolated
+    if problem is not None:
         checks.append(
             Check(
                 "namespaces",
                 "fail",
-                f"creating a {kind} failed: {error}. A container may need `--security-opt seccomp=unconfined` "
+                f"building a {kind} failed: {problem}. A container may need `--security-opt seccomp=unconfined` "
                 "or a profile that allows unshare; a host may need `sysctl kernel.unprivileged_userns_clone=1`",
             )
         )
-    else:
-        checks.append(Check("namespaces", "ok", f"{kind}: a session's read view can be built"))
+        return checks
+    checks.append(Check("namespaces", "ok", f"{kind}: a session's read view can be built"))
+    if ids is not None:
+        checks.append(
+            Check(
+                "session ids",
+                "ok",
+                f"a session's root was host uid {result.facts.get('root_is')} "
+                f"(uid_map {result.facts.get('uid_map')!r}); what it wrote through an idmapped mount landed owned "
+                "by root",
+                data={"range": ids.text(), "uid_map": result.facts.get("uid_map")},
+            )
+        )
+    checks.append(
+        Check(
+            "host privilege",
+            "ok",
+            "no global sysctl writable, the host name unchangeable, a session keyring of its own",
+            data={key: result.facts.get(key) for key in ("sysctl_writable", "hostname_set", "uid")},
+        )
+    )
     return checks
 
 

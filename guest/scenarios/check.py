@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import privilege  # (beside this file: the host-privilege checks)
+
 # The names status().limits may give as what enforces a limit.
 MECHANISMS = {
     "cgroup2",
@@ -557,6 +559,7 @@ CHECKS: dict[str, Callable[[Report, Path, Path], None]] = {
     "api": lambda r, bed, base: check_api_and_canaries(r, base),
     "attacks": lambda r, bed, base: check_attacks(r, base),
     "disk": lambda r, bed, base: check_disk(r, base),
+    "privilege": lambda r, bed, base: privilege.check_privilege(r, base),
 }
 
 
@@ -588,7 +591,7 @@ def summarize(logs: list[Path]) -> int:
     if not rows:
         out("no check results in " + ", ".join(map(str, logs)))
         return 1
-    order = ["login", "user-scope", "user-service"]
+    order = ["login", "user-scope", "user-service", "root"]
     scopes = sorted({s for r in rows.values() for s in r}, key=lambda s: (order.index(s) if s in order else 9, s))
     width = max([len(c) for c in rows] + [5])
     out(f"{'check':<{width}}  " + "  ".join(f"{s:<18}" for s in scopes))

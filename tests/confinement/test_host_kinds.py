@@ -65,12 +65,12 @@ def test_strict_accepts_only_a_cgroup_or_a_file_system_cap(no_cgroups: Path) -> 
     assert plan_confinement(Limits(), "t-required", host_kind()).mechanism("writes") == "accounting"
 
 
-def test_root_without_cgroups_cannot_count_processes(no_cgroups: Path) -> None:
-    with pytest.raises(LaunchRefused) as info:
-        plan_confinement(Limits(memory=None), "t-root", host_kind(uid=0, privileged=True))
-    assert "processes" in str(info.value) and "best_effort" in str(info.value)
-    plan = plan_confinement(Limits(enforce="best_effort"), "t-root2", host_kind(uid=0, privileged=True))
-    assert plan.mechanism("processes") is None and plan.mechanism("memory") == "rlimit"
+def test_root_without_cgroups_counts_processes_in_its_user_namespace(no_cgroups: Path) -> None:
+    # root's sessions run as unprivileged ids in a user namespace of their own, whose tasks RLIMIT_NPROC counts
+    plan = plan_confinement(Limits(memory=None), "t-root", host_kind(uid=0, privileged=True))
+    assert plan.mechanism("processes") == "userns-rlimit" and "nproc" in plan.child_rlimits
+    with pytest.raises(LaunchRefused, match="processes"):
+        plan_confinement(Limits(memory=None, enforce="strict"), "t-root2", host_kind(uid=0, privileged=True))
 
 
 def test_a_systemd_user_manager_puts_the_session_in_a_scope_of_its_own(
