@@ -28,6 +28,14 @@ Then:
    is not used: a process in a chroot may not create (or join) the user namespaces
    mcp-console's own sandbox needs.
 
+``/proc`` in the view is the host's procfs, bound (the server has no pid namespace of its own);
+mcp-console's sandbox mounts the cells a procfs of their own pid namespace over it. Nothing is
+bound over the host's ``/proc/sys``, ``/proc/sysrq-trigger`` and the like: the kernel then
+finds that procfs not "fully visible" and refuses a fresh one to the nested namespace, and the
+sandbox falls back to binding the host's (measured: the cells then saw the host's procfs,
+every pid of the host). The session's ids hold there instead: the kernel checks those files by
+uid, and a session's uid is never one of the host's accounts.
+
 Syscalls glibc does not wrap are called by number from a table per architecture
 (:data:`SYSCALLS`: x86-64 and aarch64); another architecture is refused by name.
 

@@ -3,9 +3,9 @@
 The child does what a session's server does before ``exec`` (``_namespaces``): enters its
 namespaces, builds a tiny view (a tmpfs root and one folder bound writable, through an
 idmapped mount for root), pivots into it and, for root, becomes the session's root. It then
-reports its ids, whether it could write a global sysctl, change the host name or see the
-host's keyrings, and writes a file through the bind; the parent checks who owns that file on
-the host.
+reports its ids, whether it could write a global sysctl and which UTS namespace (host name) it
+has, and writes a file through the bind; the parent checks who owns that file on the host.
+Nothing it tries changes the host.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 __all__ = ["NamespaceCheck", "check_namespaces", "try_namespaces"]
 
 _CODE = r"""
-import json, os, socket, sys
+import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import _namespaces
 mode, folder, ids = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
@@ -46,11 +46,8 @@ try:
     out["uid"] = os.getuid()
     out["uid_map"] = " ".join(open("/proc/self/uid_map").read().split())
     out["sysctl_writable"] = os.access("/proc/sys/kernel/core_pattern", os.W_OK)
-    try:
-        socket.sethostname("console-bridge-check")
-        out["hostname_set"] = True
-    except OSError:
-        out["hostname_set"] = False
+    out["uts"] = os.readlink("/proc/self/ns/uts")
+    out["keyring"] = _namespaces._syscall("keyctl", 0, -3, 0)  # KEYCTL_GET_KEYRING_ID of the session keyring
     with open("/rw/written", "w") as handle:
         handle.write("x")
 except Exception as exc:
@@ -72,11 +69,26 @@ class NamespaceCheck:
         """Why the child still held a host privilege (None: it held none)."""
         if self.facts.get("sysctl_writable"):
             return "a global sysctl (/proc/sys/kernel/core_pattern) was writable"
-        if self.facts.get("hostname_set"):
-            return "the host name could be changed"
+        if self.facts.get("uts") == os.readlink("/proc/self/ns/uts"):
+            return "it shared the host's UTS namespace (its host name)"
+        mine = _session_keyring()
+        if mine > 0 and self.facts.get("keyring") == mine:
+            return "it kept this process's session keyring"
         if self.mode == "mapped" and self.facts.get("uid_map", "").startswith("0 0 "):
             return "uid 0 inside was uid 0 of the host"
         return None
+
+
+def _session_keyring() -> int:
+    """This process's session keyring (-1 where keyctl is refused or there is none)."""
+    import ctypes
+
+    from console_bridge._confinement._namespaces import SetupError, syscall_number
+
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).syscall(syscall_number("keyctl"), 0, -3, 0))
+    except (OSError, SetupError):
+        return -1
 
 
 def check_namespaces(mode: str, ids: dict[str, Any] | None = None, *, timeout: float = 30.0) -> NamespaceCheck:

@@ -236,8 +236,8 @@ def _check_namespaces() -> list[Check]:
         Check(
             "host privilege",
             "ok",
-            "no global sysctl writable, the host name unchangeable, a session keyring of its own",
-            data={key: result.facts.get(key) for key in ("sysctl_writable", "hostname_set", "uid")},
+            "no global sysctl writable, a UTS namespace (host name) and a session keyring of its own",
+            data={key: result.facts.get(key) for key in ("sysctl_writable", "uts", "uid")},
         )
     )
     return checks

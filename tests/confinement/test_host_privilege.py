@@ -66,7 +66,7 @@ try:
 except OSError as exc:
     hostname = exc.strerror
 print("RESULT " + json.dumps({"writable": writable, "opened": opened, "hostname": hostname,
-                              "uid_map": open("/proc/self/uid_map").read().split()}))
+                              "uid_map": open("/proc/self/uid_map").read().split(), "proc": os.stat("/proc").st_dev}))
 """
 
 R_SCAN = r"""
@@ -179,6 +179,9 @@ async def test_no_cell_reaches_a_host_privilege(
         opened = dict(found["opened"])  # type: ignore[call-overload]
         assert "opened" not in opened.values(), opened
         assert found["hostname"] != "changed"
+        # the cells' /proc is a procfs of their own pid namespace, not the host's (a read-only bind over the
+        # host's /proc/sys in the server's view would make mcp-console's sandbox fall back to binding it)
+        assert found["proc"] != os.stat("/proc").st_dev
         # the session's root is the invoking user's ids (a normal user) or an unprivileged block (root)
         ids = c.status().extra["ids"]
         root_is = int(str(ids["uid"]).split()[1])
