@@ -13,7 +13,8 @@ owns the server's process tree exactly:
   namespaces of its own and builds the session's read view there (``_namespaces.py``:
   a user namespace where it is not privileged, a mount namespace, the size-capped
   tmpfs TMPDIR, ``pivot_root``), then takes its ``child_rlimits`` (``RLIMIT_NPROC``
-  counted over that user namespace); the supervisor itself stays in the host's view,
+  counted over that user namespace) and a seccomp filter against set-user-ID files
+  (``_setid.py``); the supervisor itself stays in the host's view,
   so it can remove the session's folders at the end;
 * it asks for a parent-death signal (``PR_SET_PDEATHSIG``): when the host dies it
   closes the server's stdin (the recording is finalized), kills the rest of the
@@ -242,7 +243,7 @@ class Supervisor:
     def enter_view(self, view: dict[str, Any]) -> None:
         """In the server's process, before exec: its namespaces and its view of the host."""
         _namespaces = _sibling("_namespaces")
-
+        _setid = _sibling("_setid")  # (imported before the view: its file has no name inside)
         try:
             if self.userns_fd is not None:
                 _namespaces.enter("mapped")
@@ -255,6 +256,10 @@ class Supervisor:
             _namespaces.die_with_parent()
         except (_namespaces.SetupError, OSError) as exc:
             _fail(f"building the session's view failed: {exc}")
+        try:
+            _setid.install()  # no cell makes a set-user-ID file (what cells write lands as the host's user)
+        except _setid.SetidError as exc:
+            _fail(f"{exc}; console-bridge refuses to start a session that could plant set-user-ID files")
 
     # ------------------------------------------------------------------- run
     @property

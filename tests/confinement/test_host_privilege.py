@@ -100,7 +100,8 @@ def root_only_files() -> Iterator[list[Path]]:
     worker venv and its base Python."""
     if not ROOT_HOST:
         pytest.skip(
-            "planting root-only files needs root; as a normal user the cells run as that user (test_no_cell_reaches_a_host_privilege checks their uid)"
+            "planting root-only files needs root; as a normal user the cells run as that user "
+            "(test_no_cell_reaches_a_host_privilege checks their uid)"
         )
     folders = [Path("/opt"), Path("/usr/local"), ROOT / ".venv", Path(sys.base_prefix)]
     made = []
@@ -290,3 +291,41 @@ async def test_the_users_private_folders_stay_usable_and_read_only(tmp_path: Pat
         assert write.error is not None and "Read-only file system" in write.error.message, write.combined
         assert (await c.run(python="print(6 * 7)")).text.strip() == "42"
     assert not (private / "new.txt").exists()
+
+
+async def test_no_cell_plants_a_set_user_id_file(tmp_path: Path, workspace: Path, recordings: Path) -> None:
+    """What a cell writes belongs to whoever started the session: a set-user-ID copy of a shell in the
+    workspace would run as that user (root) for anyone who reaches the folder. Every way a cell sets
+    the bits is refused (the server's seccomp filter, ``_setid``), and the session goes on."""
+    extra = tmp_path / "out"
+    extra.mkdir()
+    langs = ("python", "sql", "r") if HAS_R else ("python", "sql")
+    async with _console(
+        workspace, profile="workspace", writable_roots=[extra], languages=langs, recordings_dir=recordings
+    ) as c:
+        attack = (
+            "import os, shutil, subprocess\n"
+            "shutil.copy('/bin/sh', 'sh')\n"
+            "for mode in (0o4755, 0o2755, 0o6755):\n"
+            "    try:\n"
+            "        os.chmod('sh', mode); print('chmod', oct(mode), 'worked')\n"
+            "    except PermissionError:\n"
+            "        print('chmod refused')\n"
+            "try:\n"
+            f"    os.close(os.open({str(extra / 'made')!r}, os.O_CREAT | os.O_WRONLY, 0o4755)); print('created')\n"
+            "except PermissionError:\n"
+            "    print('create refused')\n"
+            "print(subprocess.run(['sh', '-c', 'cp /bin/ls ls2 && chmod u+s,g+s ls2; echo rc=$?'],\n"
+            "                     capture_output=True, text=True).stdout)\n"
+        )
+        out = await c.run(python=attack)
+        assert "worked" not in out.text and out.text.count("chmod refused") == 3, out.combined
+        assert "create refused" in out.text and "rc=1" in out.text, out.combined
+        if "r" in langs:
+            await c.run(r='file.create("r.bin"); Sys.chmod("r.bin", "6755", use_umask = FALSE)')
+        assert (await c.run(python="print(6 * 7)")).text.strip() == "42"
+    planted = [
+        path for path in [*workspace.rglob("*"), *extra.rglob("*")] if path.stat(follow_symlinks=False).st_mode & 0o6000
+    ]
+    assert planted == [], planted
+    assert (workspace / "sh").exists() and (workspace / "ls2").exists()  # the copies themselves were allowed
