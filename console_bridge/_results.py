@@ -20,7 +20,7 @@ __all__ = [
     "result_from_content",
 ]
 
-FailureKind = Literal["exception", "limit", "worker_exited"]
+FailureKind = Literal["exception", "limit", "worker_exited", "tampered"]
 
 _PNG = "image/png"
 
@@ -182,8 +182,10 @@ class CellFailure:
 
     ``name`` is the exception or error class (``"ValueError"``, ``"Catalog Error"``,
     ``"simpleError"``); ``kind`` is ``"exception"`` (the code raised or a query failed),
-    ``"limit"`` (killed at a resource limit; ``name`` says which) or ``"worker_exited"``
-    (the worker process ended, its in-memory state is lost).
+    ``"limit"`` (killed at a resource limit; ``name`` says which), ``"worker_exited"``
+    (the worker process ended, its in-memory state is lost) or ``"tampered"`` (the session's
+    outcome log was tampered with, in this cell or an earlier one: the outcome cannot be known,
+    so the cell counts as failed, and every later one until ``restart()``).
     """
 
     language: str
@@ -285,6 +287,9 @@ class CellResult(ToolResult):
         elif error.kind == "worker_exited":
             why = f"ended its worker ({error.message}); in-memory state was lost"
             fix = "fix the code; the next cell starts a fresh worker"
+        elif error.kind == "tampered":
+            why = f"has no trustworthy outcome: {error.message}"
+            fix = "restart() the session (its in-memory state is lost) and do not touch the outcome log"
         else:
             why = f"raised {error}"
             fix = "fix the code (the traceback is on .error.traceback, the output on .result.text)"

@@ -27,7 +27,7 @@ from console_bridge._console._cells import (
     split_streams,
 )
 from console_bridge._console._events import CallEvents, EventTail, events_file
-from console_bridge._console._outcome import OutcomeLog, limit_failure, worker_exited_failure
+from console_bridge._console._outcome import OutcomeLog, limit_failure, tampered_failure, worker_exited_failure
 from console_bridge._console._recordings import Recording
 from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
 
@@ -259,6 +259,12 @@ class CellObserver:
         self._events_missing = False
         self._outputs_offset = 0
         self._pending_outputs: dict[str, Output] = {}
+        #: What a cell did to the outcome log, once it happened: every cell fails until restart() (fresh()).
+        self.tampered: str | None = None
+
+    def fresh(self) -> None:
+        """A fresh worker (``restart()``): it makes a fresh outcome log, to be trusted again."""
+        self.tampered = None
 
     def notice(self, message: str) -> None:
         if message not in self.notices:
@@ -296,12 +302,18 @@ class CellObserver:
             self.last_started_at = self.outcomes.read_since(self._mark).ready_at
         if finished and self._mark is not None:
             language = self._language or ""
+            earlier = self.tampered is not None
             if self.outcomes is not None:
                 records = self.outcomes.read_since(self._mark)
                 for _topic, message in records.notices:
                     self.notice(message)
                 if records.failures:
                     error = records.failures[0]
+                if records.tampered is not None and self.tampered is None:
+                    self.tampered = records.tampered
+                    self.notice(
+                        f"the outcome log was tampered with: {records.tampered}; every cell fails until restart()"
+                    )
             if error is None and notice.worker_exited and notice.exit_status != 0:
                 # sys.exit(0) ends the worker too, but the code asked for it and succeeded.
                 error = worker_exited_failure(language, notice.exit_status)
@@ -309,6 +321,8 @@ class CellObserver:
                 hit = self.limit_check(error)
                 if hit is not None:
                     error = limit_failure(hit[0], language, hit[1])
+            if self.tampered is not None and (error is None or error.kind != "limit"):
+                error = tampered_failure(language, self.tampered, earlier=earlier)
             self._mark = None
         return cell_from(
             result,

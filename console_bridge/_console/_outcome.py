@@ -39,6 +39,7 @@ from console_bridge._console._outcome_log import (
     limit_failure,
     outcome_dir_name,
     parse_records,
+    tampered_failure,
     worker_exited_failure,
 )
 from console_bridge._console._outcome_python import python_startup_code, yaml_string
@@ -52,6 +53,7 @@ __all__ = [
     "parse_records",
     "python_startup_code",
     "r_profile_text",
+    "tampered_failure",
     "worker_exited_failure",
     "yaml_string",
 ]

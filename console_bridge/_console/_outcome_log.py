@@ -22,6 +22,7 @@ __all__ = [
     "limit_failure",
     "outcome_dir_name",
     "parse_records",
+    "tampered_failure",
     "worker_exited_failure",
 ]
 
@@ -43,6 +44,7 @@ class Records:
     failures: tuple[CellFailure, ...] = ()
     notices: tuple[tuple[str, str], ...] = ()
     ready_at: float | None = None  # when the startup code finished (epoch seconds): the first cell starts
+    tampered: str | None = None  # what happened to the log, when it can no longer be trusted
 
 
 def parse_records(data: bytes) -> Records:
@@ -61,6 +63,17 @@ def parse_records(data: bytes) -> Records:
             continue
         if entry.get("type") == "failure":
             kind = entry.get("kind")
+            origin, running = entry.get("origin"), entry.get("cell")
+            if entry.get("where") and isinstance(origin, str) and isinstance(running, str) and origin != running:
+                # a thread an earlier cell started failed while a later one ran: that cell's, not this one's
+                notices.append(
+                    (
+                        "thread",
+                        f"a background thread ({str(entry.get('where'))[:100]}) started by an earlier cell raised "
+                        f"{str(entry.get('name') or 'Error')[:200]}: {str(entry.get('message') or '')[:500]}",
+                    )
+                )
+                continue
             failures.append(
                 CellFailure(
                     language=str(entry.get("language") or ""),
@@ -84,6 +97,17 @@ def limit_failure(limit: str, language: str, detail: str = "") -> CellFailure:
     """
     message = detail or f"the cell was stopped at the session's {limit} limit"
     return CellFailure(language=language, name=limit, message=message, traceback="", kind="limit")
+
+
+def tampered_failure(language: str, what: str, *, earlier: bool = False) -> CellFailure:
+    """The failure of a cell whose outcome cannot be known: the outcome log was tampered with
+    (``what`` says how), in this cell or, with ``earlier``, before it (until ``restart()``)."""
+    when = "before this cell" if earlier else "during this cell"
+    message = (
+        f"the session's outcome log was tampered with {when} ({what}), so whether this cell's code failed cannot "
+        "be known and it counts as failed; every cell does until restart() starts a fresh worker with a fresh log"
+    )
+    return CellFailure(language=language, name="OutcomeLogTampered", message=message, traceback="", kind="tampered")
 
 
 def worker_exited_failure(language: str, status: int | None) -> CellFailure:
@@ -123,6 +147,12 @@ class OutcomeLog:
         self.dir_name = outcome_dir_name(nonce)
         self._path: Path | None = None
         self._dir_fd: int | None = None  # the folder of self._path, opened O_DIRECTORY | O_NOFOLLOW
+        # The log as first found for the running worker: its sandbox folder (name, inode), the log's
+        # (device, inode) and the largest size seen. While that folder lives (the worker does), the
+        # same log must stay there, a regular writable file that only grows (see tampering()).
+        self._sandbox: tuple[str, int] | None = None
+        self._ident: tuple[int, int] | None = None
+        self._size = 0
 
     def close(self) -> None:
         if self._dir_fd is not None:
@@ -165,7 +195,62 @@ class OutcomeLog:
         if best is None:
             return None
         _, self._path, size, self._dir_fd = best
+        self._watch(self._path)
         return self._path, size
+
+    def _watch(self, path: Path) -> None:
+        """Remember the log just found, when it is a new worker's (see ``tampering``)."""
+        sandbox = path.parent.parent.parent
+        try:
+            folder = os.stat(sandbox, follow_symlinks=False)
+            info = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return
+        if self._sandbox == (sandbox.name, folder.st_ino):
+            return  # the same worker's log, found again: tampering() judges it
+        self._sandbox = (sandbox.name, folder.st_ino)
+        self._ident = (info.st_dev, info.st_ino)
+        self._size = info.st_size
+
+    def tampering(self) -> str | None:
+        """What a cell did to the log since it was found, or None: while the worker's sandbox folder
+        lives, its log must be the same regular, owner-writable file in the same place, never
+        shorter than before. (A folder gone is a worker replaced: its successor's log is looked for.)"""
+        if self._sandbox is None or self._ident is None:
+            return None
+        name, inode = self._sandbox
+        try:
+            if os.stat(self.root / name, follow_symlinks=False).st_ino != inode:
+                raise FileNotFoundError
+        except OSError:
+            self._sandbox = self._ident = None  # the worker was replaced; its successor's log is new
+            self.close()
+            return None
+        folder = self.root / name / "data" / self.dir_name
+        try:
+            where = os.stat(folder, follow_symlinks=False)
+        except OSError:
+            return "its folder was removed"
+        if not stat.S_ISDIR(where.st_mode):
+            return "its folder was replaced by something that is not a folder"
+        if where.st_mode & 0o700 != 0o700:
+            return f"its folder's permissions were changed to {stat.filemode(where.st_mode)}"
+        try:
+            info = os.stat(folder / OUTCOMES_FILE, follow_symlinks=False)
+        except FileNotFoundError:
+            return "it was removed"
+        except OSError as exc:
+            return f"it cannot be read ({exc.strerror})"
+        if not stat.S_ISREG(info.st_mode):
+            return f"it was replaced by a {_kind(info.st_mode)}"
+        if (info.st_dev, info.st_ino) != self._ident:
+            return "it was replaced by another file"
+        if info.st_size < self._size:
+            return f"it was truncated from {self._size} to {info.st_size} bytes"
+        if not info.st_mode & 0o200:
+            return f"it was made read-only ({stat.filemode(info.st_mode)})"
+        self._size = info.st_size
+        return None
 
     def mark(self) -> tuple[Path | None, int]:
         """Where the log ends now (taken before a cell is submitted)."""
@@ -192,7 +277,15 @@ class OutcomeLog:
             os.close(fd)
 
     def read_since(self, mark: tuple[Path | None, int]) -> Records:
-        """The records appended after ``mark``."""
+        """The records appended after ``mark``, and what the cells did to the log (``tampered``)."""
+        tampered = self.tampering()
+        if tampered is not None:
+            return Records(tampered=tampered)
+        records = self._records_since(mark)
+        tampered = self.tampering()  # (a change between the two looks)
+        return records if tampered is None else Records(tampered=tampered)
+
+    def _records_since(self, mark: tuple[Path | None, int]) -> Records:
         data = None
         if self._path is not None:  # the file found before: opened as is (O_NOFOLLOW, regular only)
             data = self._tail(OUTCOMES_FILE, mark[1] if mark[0] == self._path else 0, _MAX_READ)
@@ -243,6 +336,13 @@ def _open_folder(top: str, *names: str) -> int | None:
         os.close(fd)
         fd = inner
     return fd
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "FIFO")):
+        if test(mode):
+            return name
+    return "special file"
 
 
 def _regular_size(name: str, dir_fd: int | None) -> int | None:

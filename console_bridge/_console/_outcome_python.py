@@ -327,6 +327,28 @@ def _console_bridge_install(_dir_name, _want_sql):
     # Created now, so the bridge finds it once and then only reads it.
     os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
 
+    # The cell running now: the last "<mcp-console:python:eN>" code the worker executed (the "exec"
+    # audit event). A failure names it, and the cell whose code the traceback starts in (origin): a
+    # thread an earlier cell started that fails later is that cell's, not the running one's.
+    running = [None]
+
+    def on_exec(event, args):
+        if event == "exec" and args:
+            name = getattr(args[0], "co_filename", "")
+            if isinstance(name, str) and name.startswith("<mcp-console:python:"):
+                running[0] = name
+
+    sys.addaudithook(on_exec)
+
+    def origin_of(error):
+        tb = getattr(error, "__traceback__", None)
+        while tb is not None:
+            name = tb.tb_frame.f_code.co_filename
+            if isinstance(name, str) and name.startswith("<mcp-console:python:"):
+                return name
+            tb = tb.tb_next
+        return None
+
     def record(entry):
         try:
             line = (json.dumps(entry, default=str) + "\n").encode("utf-8", "replace")
@@ -385,7 +407,8 @@ def _console_bridge_install(_dir_name, _want_sql):
             if sep and head.endswith(" Error") and "\n" not in head:
                 name, message = head, rest
         record({"type": "failure", "language": language, "name": name, "message": message[:20000],
-                "traceback": text[-20000:], "kind": "exception", "where": where})
+                "traceback": text[-20000:], "kind": "exception", "where": where, "cell": running[0],
+                "origin": origin_of(error) if language == "python" else None})
 
     hooked = False
     import gc, types

@@ -481,8 +481,10 @@ class ConsoleState(NotCopyable):
         self._observer.limit_check = check
 
     def _fresh_worker_ahead(self) -> None:
-        """A fresh worker boots at the next call (``ConsoleStart`` links its bootstrap's bytecode)."""
+        """A fresh worker boots at the next call (``ConsoleStart`` links its bootstrap's bytecode); it
+        makes a fresh outcome log, so a log tampered with before is trusted again."""
         self._boot_pending = True
+        self._observer.fresh()
 
     async def _before_call(self) -> None:
         """What a call waits for first (``ConsoleStart``: the links, while a fresh worker is ahead)."""

@@ -108,3 +108,21 @@ def test_project_config_refusal_names_the_flag(cb: Runner, tmp_path: Path) -> No
     (config / "config.yaml").write_text("sandbox:\n  network: restricted\n")
     proc = cb("run", "x.py")
     assert proc.returncode == 3 and "--project-config" in proc.stderr
+
+
+def test_a_file_that_tampers_with_the_outcome_log_fails_the_run(cb: Runner, tmp_path: Path) -> None:
+    """Issue 30: ``os.remove(log); os.mkdir(log)`` made every later failing file a success ("3/3 files ok")."""
+    write(
+        tmp_path,
+        "a.py",
+        "import glob, os\n"
+        "log = glob.glob(os.path.join(os.environ['TMPDIR'], '.console-bridge-*', 'outcomes.jsonl'))[0]\n"
+        "os.remove(log)\nos.mkdir(log)\n",
+    )
+    write(tmp_path, "b.py", "raise ValueError('a failure that must not pass')\n")
+    write(tmp_path, "c.sql", "select * from no_such_table;\n")
+    proc = cb("run", "--recordings-dir", str(tmp_path / "recs"), "a.py", "b.py", "c.sql")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    errors = _errors(proc.stderr)
+    assert any("a.py" in line and "tampered" in line for line in errors), proc.stderr
+    assert "3/3 files ok" not in proc.stderr + proc.stdout
