@@ -16,8 +16,12 @@ cells when they overdraw:
   what the cell writes in one interval. Deleting files gives budget back: the limit is on
   the net bytes added, by anyone, while the session runs.
 * **/dev/shm** (``"accounting"``): the sandbox mcp-console builds for its worker mounts a
-  fresh ``/dev``, whose ``shm`` folder is only bounded by memory; the same watcher reads its
-  use (one ``statvfs`` through the worker's root) and stops the cells past the TMPDIR's cap.
+  fresh ``/dev`` tmpfs, whose ``shm`` folder (and every other name in it) is only bounded by
+  memory; the same watcher measures every tmpfs the worker can write but the session's capped
+  TMPDIR, found in the worker's ``mountinfo`` and measured on the mount itself (reached without
+  following a symlink, checked to be that mount's device: ``rmdir /dev/shm; ln -s pts
+  /dev/shm`` blinds nothing), and stops the cells past the TMPDIR's cap. A mount a cell made
+  unreachable counts as past the cap.
 * **recording** (``"rlimit"``): the server's ``RLIMIT_FSIZE`` is set before each cell to what
   is left of the session's total (a raw output file cannot grow past it), and after the cell
   the raw output files it added are cut so the recording stays within the limit. The files
@@ -95,13 +99,98 @@ class FolderUsage:
         return total
 
 
-def _shm_used(pid: int) -> int | None:
-    """Bytes in use in ``/dev/shm`` as process ``pid`` sees it (None when it cannot be read)."""
+def _unescape(field: str) -> str:
+    """A mountinfo path field: spaces, tabs, newlines and backslashes are octal escapes."""
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def sandbox_tmpfs(pid: int, exclude: Iterable[str] = ()) -> list[tuple[str, int]] | None:
+    """The tmpfs mounts process ``pid`` can write, other than those at or below ``exclude`` (capped
+    ones of the session's own, the TMPDIR): (mount point, device), from its ``mountinfo``. The
+    topmost mount of each mount point counts (what is beneath it cannot be reached). None when
+    the mountinfo cannot be read."""
     try:
-        info = os.statvfs(f"/proc/{pid}/root/dev/shm")
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
     except OSError:
         return None
-    return (info.f_blocks - info.f_bfree) * info.f_frsize
+    top: dict[str, tuple[str, int, bool]] = {}
+    for line in lines:
+        head, sep, tail = line.partition(" - ")
+        fields, after = head.split(), tail.split()
+        if not sep or len(fields) < 6 or not after:
+            continue
+        major, _colon, minor = fields[2].partition(":")
+        try:
+            device = os.makedev(int(major), int(minor))
+        except ValueError:
+            continue
+        point = _unescape(fields[4])
+        writable = "rw" in fields[5].split(",")
+        top[point] = (after[0], device, writable)
+    skip = [os.path.normpath(path).rstrip("/") for path in exclude]
+
+    def own(point: str) -> bool:
+        return any(point == path or point.startswith(path + "/") for path in skip)
+
+    return [(point, device) for point, (kind, device, rw) in top.items() if kind == "tmpfs" and rw and not own(point)]
+
+
+def _open_in_root(root: int, path: str) -> int:
+    """An ``O_PATH`` fd of the absolute ``path`` under the folder ``root``, no symlink followed on the
+    way (each component opened ``O_NOFOLLOW``): a cell that replaces a folder by a link is refused."""
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
+    fd = os.open(".", flags, dir_fd=root)
+    try:
+        for part in [part for part in path.split("/") if part]:
+            if part == "..":
+                raise OSError(f"{path!r} has a '..'")
+            inner = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def sandbox_tmpfs_used(pid: int, exclude: Iterable[str] = ()) -> tuple[int, list[str], bool] | None:
+    """Bytes in use on every tmpfs process ``pid`` can write but ``exclude`` (its sandbox's ``/dev``
+    with ``/dev/shm``, any other), each measured on the mount itself: reached from the process's
+    root without following a symlink, and only counted when what was reached is that mount's
+    device. (bytes, the mount points that could not be reached so: a cell that blinds a path
+    cannot hide its bytes, the caller treats them as overdrawn; whether one is full, less than
+    1 MiB free: a size the bridge gave it, ``_devcap``). None: no mountinfo."""
+    mounts = sandbox_tmpfs(pid, exclude)
+    if mounts is None:
+        return None
+    try:
+        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    total, blind, full = 0, [], False
+    try:
+        for point, device in mounts:
+            try:
+                fd = _open_in_root(root, point)
+            except OSError:
+                blind.append(point)
+                continue
+            try:
+                if os.fstat(fd).st_dev != device:
+                    blind.append(point)
+                    continue
+                info = os.fstatvfs(fd)
+            except OSError:
+                blind.append(point)
+                continue
+            finally:
+                os.close(fd)
+            total += (info.f_blocks - info.f_bfree) * info.f_frsize
+            full = full or info.f_bavail * info.f_frsize < 1 << 20
+    finally:
+        os.close(root)
+    return total, blind, full
 
 
 class WriteWatch:
@@ -119,8 +208,12 @@ class WriteWatch:
         worker_pid: Callable[[], int | None],
         stop_cells: Callable[[bool], None],
         interval: float = 0.25,
+        own_tmpfs: Iterable[str] = (),
     ) -> None:
         self.usage, self.limit, self.shm_limit = usage, limit, shm_limit
+        self.own_tmpfs = tuple(own_tmpfs)  # the session's capped tmpfs (the TMPDIR): not the sandbox's to count
+        self.blinded: list[str] = []  # mount points a cell made unreachable without a symlink (counted as over)
+        self._dev_full = False  # the sandbox's capped /dev was full at the last look
         self.worker_pid, self.stop_cells, self.interval = worker_pid, stop_cells, interval
         self.baseline = usage.measure() if usage is not None and limit is not None else 0
         self.total = self.baseline
@@ -161,8 +254,10 @@ class WriteWatch:
         # Writes: a statvfs of each folder's file system every tick (a microsecond each) and a walk
         # when one lost space since the last walk, or every ``interval`` anyway -- never more often
         # than ten times what a walk costs (at most about 10% of one CPU, however big the tree).
-        # /dev/shm: one statvfs every 0.1 s. Between cells (only what a cell left behind can write)
-        # both look five times less often.
+        # The sandbox's tmpfs (/dev, /dev/shm in it): measured every 20 ms while a cell runs (its
+        # mountinfo, a walk to each mount, an fstatvfs: about 0.1 ms; a cell writes to memory at some
+        # GB/s, so this bounds the overshoot), every 0.1 s otherwise. Between cells (only what a cell
+        # left behind can write) the writes look five times less often.
         writes = self.usage is not None and self.limit is not None
         last_walk = last_shm = spent = 0.0
         while not self._closed:
@@ -173,14 +268,14 @@ class WriteWatch:
                 and now - last_walk >= max(10 * spent, 0.02 * slow)
                 and (now - last_walk >= self.interval * slow or self._fs_shrank())
             )
-            shm = self.shm_limit is not None and now - last_shm >= 0.1 * slow
+            shm = self.shm_limit is not None and now - last_shm >= (0.02 if self.cell_running else 0.5)
             if walk or shm:
                 self.check(stop=True, writes=walk, shm=shm)
                 if walk:
                     spent, last_walk = time.monotonic() - now, time.monotonic()
                 if shm:
                     last_shm = now
-            self._wake.wait(0.02 * slow if writes else 0.1 * slow)
+            self._wake.wait(0.02 * slow if writes or self.cell_running else 0.1 * slow)
 
     def check(
         self, *, stop: bool = False, only_if_grown: bool = False, writes: bool = True, shm: bool = True
@@ -203,7 +298,7 @@ class WriteWatch:
                     hit = "writes"
             pid = self.worker_pid() if shm and self.shm_limit is not None else None
             if pid is not None and self.shm_limit is not None:
-                used = _shm_used(pid)
+                used = self._tmpfs_used(pid)
                 # a worker's first look is its baseline (a new one may find what the last one left)
                 last = self._shm_before
                 baseline = last[1] if last is not None and last[0] == pid else None
@@ -221,9 +316,21 @@ class WriteWatch:
                         self.total = self.usage.measure()
                         self._fs = self._free_space()
                     if pid is not None:
-                        after = _shm_used(pid)
+                        after = self._tmpfs_used(pid)
                         self._shm_before = (pid, after) if after is not None else None
             return hit
+
+    def _tmpfs_used(self, pid: int) -> int | None:
+        """Bytes on the sandbox's own tmpfs mounts (its ``/dev``, ``/dev/shm`` in it), measured on each
+        mount; a mount a cell made unreachable counts as past the cap (``blinded`` names it)."""
+        found = sandbox_tmpfs_used(pid, self.own_tmpfs)
+        if found is None:
+            return None
+        used, self.blinded, full = found
+        if full and not self._dev_full:  # a cap the kernel holds (``_devcap``): the writes failed, nothing to stop
+            self.hits["shm"] += 1
+        self._dev_full = full
+        return used + ((self.shm_limit or 0) + 2 * _GROWTH if self.blinded else 0)
 
     def _free_space(self) -> list[tuple[str, int]]:
         out = []

@@ -20,6 +20,7 @@ import platformdirs
 import psutil
 
 from console_bridge._confinement._deny import deny_paths, expand_deny
+from console_bridge._confinement._devcap import cap_dev
 from console_bridge._confinement._disk import FolderUsage, RecordingCap, WriteWatch, kill_cells
 from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
 from console_bridge._confinement._limits import Limits
@@ -61,6 +62,7 @@ class SessionConfinement:
         self.recording_cap: RecordingCap | None = None
         self._watch_hits: dict[str, int] = {}
         self._shm_hit = False
+        self.dev_capped: bool | None = None  # the worker's /dev got the TMPDIR's cap as a tmpfs size (_devcap)
 
     # ------------------------------------------------------------------ start
     def prepare(self, *, owner: str, profile: str, recording_base: Path, writable: bool = True) -> None:
@@ -157,6 +159,7 @@ class SessionConfinement:
             shm_limit=self.confinement.tmpfs_size,
             worker_pid=lambda: self._worker.pid if self._worker is not None else None,
             stop_cells=self.stop_cells,
+            own_tmpfs=[str(self.entry.tmpdir)],
         )
         recording = reports["recording"].value
         self.recording_cap = RecordingCap(int(recording)) if recording is not None else None
@@ -237,7 +240,13 @@ class SessionConfinement:
 
     # ----------------------------------------------------------------- limits
     def reports(self) -> dict[str, dict[str, Any]]:
-        return self.confinement.report_dict() if self.confinement is not None else {}
+        reports = self.confinement.report_dict() if self.confinement is not None else {}
+        if self.dev_capped and "tmpdir" in reports:
+            reports["tmpdir"]["note"] = (
+                "a size-capped tmpfs in the session's view; /dev/shm in the sandbox: the same cap, as the size of "
+                "the sandbox's /dev tmpfs (remounted when the worker started)"
+            )
+        return reports
 
     def mark(self) -> None:
         """Before a cell: remember the limit counters; put a new worker under the process limit;
@@ -294,7 +303,14 @@ class SessionConfinement:
                         proc.rlimit(psutil.RLIMIT_NPROC, (processes, processes))
                     if self.confinement.cgroups.cells is None or self.confinement.cgroups.move_worker(proc.pid):
                         self._adopt_worker(proc)
+                        self._cap_dev(proc.pid)
                     return
+
+    def _cap_dev(self, pid: int) -> None:
+        """The worker's sandbox ``/dev`` (and so ``/dev/shm``) gets the TMPDIR's cap as its tmpfs size."""
+        size = self.confinement.tmpfs_size if self.confinement is not None else None
+        if size is not None:
+            self.dev_capped = cap_dev(pid, size) is None
 
     def _adopt_worker(self, proc: psutil.Process) -> None:
         self._worker = proc

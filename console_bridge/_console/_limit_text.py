@@ -12,8 +12,9 @@ _TEXT = {
     "processes": "the session's process limit ({value} tasks); starting more processes or threads failed "
     "(children a cell never waited for count until the worker restarts: restart() frees them)",
     "tmpdir": "the TMPDIR size limit ({value}); writing more failed with 'No space left on device'",
-    "tmpdir:shm": "the TMPDIR size limit ({value}), which /dev/shm shares; the cell wrote more to /dev/shm, so its "
-    "processes were stopped and the worker's state is lost (files in /dev/shm stay until the worker restarts)",
+    "tmpdir:shm": "the TMPDIR size limit ({value}), which /dev/shm (the sandbox's /dev) shares; the cell wrote more to "
+    "/dev/shm or /dev, so its processes were stopped and the worker's state is lost (files there stay until the "
+    "worker restarts)",
     "writes": "the session's write limit ({value} added to its writable folders); the cell's processes were "
     "stopped and the worker's state is lost. What was written stays (the file being written may be partial); "
     "delete files to write again, or raise Limits(writes=...) (CLI: --writes-limit)",

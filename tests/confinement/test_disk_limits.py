@@ -162,6 +162,34 @@ async def test_dev_shm_stops_at_the_tmpdir_cap(workspace: Path, recordings: Path
 @pytest.mark.anyio
 @pytest.mark.console
 @console_tests
+async def test_a_cell_cannot_blind_the_dev_watcher_with_a_symlink(workspace: Path, recordings: Path) -> None:
+    """Issue 30: ``rmdir /dev/shm; ln -s pts /dev/shm``, then a fill of ``/dev``: the watcher measured
+    through the cell's link (devpts) and 1.5 GiB went in against a 256 MiB cap. It measures the
+    sandbox's ``/dev`` tmpfs on the mount itself now, whatever the cell made of its names."""
+    cap = 32 * MiB
+    blind = "import os\nos.rmdir('/dev/shm')\nos.symlink('pts', '/dev/shm')\nprint(os.path.islink('/dev/shm'))"
+    fill = (
+        "with open('/dev/big', 'wb') as f:\n    for i in range(2000):\n        f.write(b's' * (1 << 20))\n"
+        "        print(i + 1, flush=True)\nprint('never')"
+    )
+    async with _console(workspace, limits=Limits(tmpdir=cap), recordings_dir=recordings) as c:
+        blinded = await c.run(python=blind)
+        assert blinded.error is None and blinded.text.strip() == "True", blinded.combined
+        out = await c.run(python=fill, timeout=120)
+        assert out.error is not None and out.error.kind == "limit" and out.error.name == "tmpdir", out.combined
+        assert "never" not in out.text
+        written = max(int(word) for word in out.text.split() if word.isdigit())  # MiB, as the cell counted
+        if "remounted" in str(c.status().limits["tmpdir"]["note"]):  # the kernel holds the cap (_devcap)
+            assert written <= cap // MiB, written
+        else:  # the watcher's accounting: the cap, plus what a cell writes between two looks (20 ms)
+            assert written <= cap // MiB + 256, written
+        after: Any = await _next(c, "print(1 + 1)")
+        assert after.error is None and after.text.strip().endswith("2"), after
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
 async def test_read_only_sessions_hold_the_write_limit_by_their_view(workspace: Path, recordings: Path) -> None:
     async with _console(
         workspace,

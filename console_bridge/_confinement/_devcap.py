@@ -1,0 +1,64 @@
+"""The sandbox's ``/dev`` gets the TMPDIR's cap as a real tmpfs size: the kernel holds it.
+
+mcp-console's sandbox mounts each worker a fresh ``/dev`` tmpfs without a size (its ``shm``
+folder, and every other name in it, bounded only by memory), where a cell writes at memory
+speed: a watcher that looks every 20 ms still let a few hundred MiB past a 32 MiB cap. So
+when the bridge adopts a worker it remounts that ``/dev`` with ``size=`` the TMPDIR's cap, in
+the worker's own namespaces: a short stdlib-only child (``python -I -S`` this file) joins the
+worker's user namespace (the session's own, or one nested in it, where the bridge's user has
+every capability: it owns the session's) and mount namespace, and remounts, keeping every
+other flag as it is. Past the cap a write fails with ``ENOSPC``; the session reports it as the
+cell's ``tmpdir`` limit. Where the remount is refused the watcher (``_disk.WriteWatch``) still
+holds the cap by accounting.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+__all__ = ["cap_dev"]
+
+_CODE = r"""
+import ctypes, os, sys
+pid, size = sys.argv[1], int(sys.argv[2])
+libc = ctypes.CDLL(None, use_errno=True)
+for kind in ("user", "mnt"):
+    fd = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+    if kind == "user" and os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user"):
+        continue
+    if libc.setns(fd, 0) != 0:
+        print(f"setns({kind}): {os.strerror(ctypes.get_errno())}")
+        sys.exit(1)
+os.chdir("/")
+info = os.statvfs("/dev")
+flags = 32  # MS_REMOUNT
+for bit, value in ((os.ST_RDONLY, 1), (os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8),
+                   (getattr(os, "ST_NOATIME", 1024), 1024), (getattr(os, "ST_NODIRATIME", 2048), 2048),
+                   (getattr(os, "ST_RELATIME", 1 << 21), 1 << 21)):
+    if info.f_flag & bit:
+        flags |= value
+used = (info.f_blocks - info.f_bfree) * info.f_frsize
+if libc.mount(None, b"/dev", None, flags, f"size={max(size, used + (1 << 20))}".encode()) != 0:
+    print(f"remounting /dev: {os.strerror(ctypes.get_errno())}")
+    sys.exit(1)
+print("ok")
+"""
+
+
+def cap_dev(pid: int, size: int, *, timeout: float = 10.0) -> str | None:
+    """Give process ``pid``'s ``/dev`` (its sandbox's tmpfs) the size ``size``; None when done, else why not."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _CODE, str(pid), str(size)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the remount could not run ({exc})"
+    if done.returncode == 0 and done.stdout.strip() == "ok":
+        return None
+    return (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}")[-300:]
