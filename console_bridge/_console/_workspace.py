@@ -112,10 +112,34 @@ def inside(path: Path, places: Sequence[Path]) -> bool:
     return any(resolved == place or place in resolved.parents for place in places)
 
 
+def _links_on_the_way(path: Path) -> list[tuple[Path, str]]:
+    """Every prefix of the absolute ``path`` (lexically, as given) that is a symlink, with its target."""
+    found: list[tuple[Path, str]] = []
+    current = Path(path.anchor)
+    for part in path.parts[1:]:
+        current = current / part
+        with contextlib.suppress(OSError):
+            if current.is_symlink():
+                found.append((current, os.readlink(current)))
+    return found
+
+
 def vet_recordings(base: Path, workspace: Path, profile: Profile, roots: Sequence[Path]) -> None:
-    """Refuse a recordings folder the session's own code could write while the server records into it."""
+    """Refuse a recordings folder the session's own code could write while the server records into it,
+    or one reached through a symlink in the workspace or a writable root (any profile: a cell of an
+    earlier session could have planted ``recs -> /elsewhere`` there)."""
     if base == workspace / ".agents" / "console":  # kept read-only inside the workspace by both versions
         return
+    code_places = [workspace.resolve(), *(Path(root).resolve() for root in roots)]
+    for link, target in _links_on_the_way(base):
+        if inside(link.parent, code_places):
+            raise LaunchRefused(
+                f"the recordings folder {str(base)!r} is reached through the symlink {str(link)!r} -> {target!r}, "
+                "which lies in the workspace or a writable root, where a cell may have planted it. Pass "
+                "recordings_dir= (CLI: --recordings-dir) the real folder, outside the workspace and the writable "
+                "roots, or remove the link; nothing was started.",
+                details={"recordings_dir": str(base), "symlink": str(link), "target": target},
+            )
     places = writable_places(workspace, profile, roots)
     if inside(base, places):
         raise LaunchRefused(

@@ -54,6 +54,25 @@ def test_recordings_dir_the_code_could_write_is_refused(tmp_path: Path) -> None:
     AsyncConsole(ws, profile="workspace", recordings_dir=ws / "recs")
 
 
+def test_a_recordings_dir_reached_through_a_link_in_the_workspace_is_refused(tmp_path: Path) -> None:
+    """Issue 30: a cell planted ``recs -> /elsewhere`` in the workspace; a later read-only session's
+    ``recordings_dir="recs"`` became that folder (written through before mcp-console refused it)."""
+    ws, data, elsewhere = tmp_path / "ws", tmp_path / "data", tmp_path / "elsewhere"
+    for folder in (ws, data, elsewhere):
+        folder.mkdir()
+    (ws / "recs").symlink_to(elsewhere)
+    (data / "deep").symlink_to(elsewhere)
+    with pytest.raises(LaunchRefused, match="symlink") as info:
+        AsyncConsole(ws, profile="read-only", recordings_dir=ws / "recs" / "sub")
+    assert str(ws / "recs") in str(info.value) and str(elsewhere) in str(info.value)
+    with pytest.raises(LaunchRefused, match="symlink"):
+        AsyncConsole(ws, writable_roots=[data], recordings_dir=data / "deep")
+    # a link outside the workspace and the roots (a symlinked home, say) is the user's own
+    (tmp_path / "mine").symlink_to(elsewhere)
+    AsyncConsole(ws, profile="read-only", recordings_dir=tmp_path / "mine")
+    assert not any(elsewhere.iterdir())
+
+
 def test_the_home_check_does_not_trust_home_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """A changed HOME does not make the real home folder (from the password database) acceptable."""
     import pwd
