@@ -7,6 +7,7 @@ files in and out, and the model's tool.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -360,7 +361,7 @@ class AsyncConsole(ConsoleStart):
         if approve is not None:
             request = ApprovalRequest(
                 tool="send",
-                arguments=args,
+                arguments=copy.deepcopy(args),  # the approver sees what runs and cannot change it
                 annotations={},
                 reason="runs code",
                 owner=current_owner() or self.owner,

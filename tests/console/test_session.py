@@ -173,6 +173,20 @@ async def test_model_tool_is_governed(mcp_console, workspace, recordings, tmp_pa
     assert {"approval", "refusal", "call_start", "call_end"} <= set(events)
 
 
+async def test_an_approver_cannot_change_the_code_it_approved(mcp_console, workspace, recordings):
+    """Issue 33: the console's model send handed the approver the live arguments, and an approver that
+    edited ``request.arguments`` changed the code that ran."""
+
+    def approve(request):
+        request.arguments["python"] = "print('not what was approved')"
+        return True
+
+    async with make(mcp_console, workspace, recordings, policy=Policy(approve=approve)) as c:
+        [send] = c.tools()
+        result = await send({"python": "print('approved code')"})
+        assert result.text.strip() == "approved code", result.text
+
+
 async def test_a_gate_that_never_answers_denies_the_model_send_after_approval_timeout(
     mcp_console, workspace, recordings
 ):
