@@ -42,6 +42,8 @@ from pathlib import Path
 import psutil
 
 from console_bridge._confinement._inotify import FolderWatch
+from console_bridge._confinement._mounts import sandbox_tmpfs_used
+from console_bridge._confinement._proctree import descendant_pids
 
 __all__ = ["FolderUsage", "RecordingCap", "WriteWatch", "kill_cells"]
 
@@ -49,6 +51,7 @@ __all__ = ["FolderUsage", "RecordingCap", "WriteWatch", "kill_cells"]
 _RAW = ("/capture/sessions/", "/outputs/", "/artifacts/")
 #: Growth below this between two looks is not a cell writing on (metadata, a log line).
 _GROWTH = 256 << 10
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class FolderUsage:
@@ -99,100 +102,6 @@ class FolderUsage:
         return total
 
 
-def _unescape(field: str) -> str:
-    """A mountinfo path field: spaces, tabs, newlines and backslashes are octal escapes."""
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-
-
-def sandbox_tmpfs(pid: int, exclude: Iterable[str] = ()) -> list[tuple[str, int]] | None:
-    """The tmpfs mounts process ``pid`` can write, other than those at or below ``exclude`` (capped
-    ones of the session's own, the TMPDIR): (mount point, device), from its ``mountinfo``. The
-    topmost mount of each mount point counts (what is beneath it cannot be reached). None when
-    the mountinfo cannot be read."""
-    try:
-        with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    top: dict[str, tuple[str, int, bool]] = {}
-    for line in lines:
-        head, sep, tail = line.partition(" - ")
-        fields, after = head.split(), tail.split()
-        if not sep or len(fields) < 6 or not after:
-            continue
-        major, _colon, minor = fields[2].partition(":")
-        try:
-            device = os.makedev(int(major), int(minor))
-        except ValueError:
-            continue
-        point = _unescape(fields[4])
-        writable = "rw" in fields[5].split(",")
-        top[point] = (after[0], device, writable)
-    skip = [os.path.normpath(path).rstrip("/") for path in exclude]
-
-    def own(point: str) -> bool:
-        return any(point == path or point.startswith(path + "/") for path in skip)
-
-    return [(point, device) for point, (kind, device, rw) in top.items() if kind == "tmpfs" and rw and not own(point)]
-
-
-def _open_in_root(root: int, path: str) -> int:
-    """An ``O_PATH`` fd of the absolute ``path`` under the folder ``root``, no symlink followed on the
-    way (each component opened ``O_NOFOLLOW``): a cell that replaces a folder by a link is refused."""
-    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
-    fd = os.open(".", flags, dir_fd=root)
-    try:
-        for part in [part for part in path.split("/") if part]:
-            if part == "..":
-                raise OSError(f"{path!r} has a '..'")
-            inner = os.open(part, flags, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def sandbox_tmpfs_used(pid: int, exclude: Iterable[str] = ()) -> tuple[int, list[str], bool] | None:
-    """Bytes in use on every tmpfs process ``pid`` can write but ``exclude`` (its sandbox's ``/dev``
-    with ``/dev/shm``, any other), each measured on the mount itself: reached from the process's
-    root without following a symlink, and only counted when what was reached is that mount's
-    device. (bytes, the mount points that could not be reached so: a cell that blinds a path
-    cannot hide its bytes, the caller treats them as overdrawn; whether one is full, less than
-    1 MiB free: a size the bridge gave it, ``_devcap``). None: no mountinfo."""
-    mounts = sandbox_tmpfs(pid, exclude)
-    if mounts is None:
-        return None
-    try:
-        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    total, blind, full = 0, [], False
-    try:
-        for point, device in mounts:
-            try:
-                fd = _open_in_root(root, point)
-            except OSError:
-                blind.append(point)
-                continue
-            try:
-                if os.fstat(fd).st_dev != device:
-                    blind.append(point)
-                    continue
-                info = os.fstatvfs(fd)
-            except OSError:
-                blind.append(point)
-                continue
-            finally:
-                os.close(fd)
-            total += (info.f_blocks - info.f_bfree) * info.f_frsize
-            full = full or info.f_bavail * info.f_frsize < 1 << 20
-    finally:
-        os.close(root)
-    return total, blind, full
-
-
 class WriteWatch:
     """The writes limit (and /dev/shm's cap): measure in a thread, call ``stop_cells`` past them.
 
@@ -209,15 +118,20 @@ class WriteWatch:
         stop_cells: Callable[[bool], None],
         interval: float = 0.25,
         own_tmpfs: Iterable[str] = (),
+        memory_limit: int | None = None,
     ) -> None:
         self.usage, self.limit, self.shm_limit = usage, limit, shm_limit
         self.own_tmpfs = tuple(own_tmpfs)  # the session's capped tmpfs (the TMPDIR): not the sandbox's to count
         self.blinded: list[str] = []  # mount points a cell made unreachable without a symlink (counted as over)
         self._dev_full = False  # the sandbox's capped /dev was full at the last look
+        #: memory where no cgroup holds it (``"watched"``): the cells' resident memory plus the sandbox's tmpfs
+        self.memory_limit = memory_limit
+        self.memory_peak = 0  # the largest sample (bytes)
+        self._sandbox_init: tuple[int, int] | None = None  # (worker pid, the first process of its pid namespace)
         self.worker_pid, self.stop_cells, self.interval = worker_pid, stop_cells, interval
         self.baseline = usage.measure() if usage is not None and limit is not None else 0
         self.total = self.baseline
-        self.hits: dict[str, int] = {"writes": 0, "shm": 0}
+        self.hits: dict[str, int] = {"writes": 0, "shm": 0, "memory": 0}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -240,7 +154,9 @@ class WriteWatch:
         return max(0, self.total - self.baseline)
 
     def start(self) -> None:
-        if self._thread is None and (self.limit is not None or self.shm_limit is not None):
+        if self._thread is None and (
+            self.limit is not None or self.shm_limit is not None or self.memory_limit is not None
+        ):
             self._thread = threading.Thread(target=self._run, name="console-bridge-write-watch", daemon=True)
             self._thread.start()
 
@@ -268,7 +184,9 @@ class WriteWatch:
                 and now - last_walk >= max(10 * spent, 0.02 * slow)
                 and (now - last_walk >= self.interval * slow or self._fs_shrank())
             )
-            shm = self.shm_limit is not None and now - last_shm >= (0.02 if self.cell_running else 0.5)
+            shm = (self.shm_limit is not None or self.memory_limit is not None) and now - last_shm >= (
+                0.02 if self.cell_running else 0.5
+            )
             if walk or shm:
                 self.check(stop=True, writes=walk, shm=shm)
                 if walk:
@@ -296,9 +214,16 @@ class WriteWatch:
                 self._fs = self._free_space()
                 if self.added > self.limit and self.total > before + _GROWTH:
                     hit = "writes"
-            pid = self.worker_pid() if shm and self.shm_limit is not None else None
+            pid = self.worker_pid() if shm and (self.shm_limit is not None or self.memory_limit is not None) else None
+            used = self._tmpfs_used(pid) if pid is not None else None
+            if pid is not None and self.memory_limit is not None:
+                resident = self._cells_resident(pid)
+                if resident is not None:
+                    sample = resident + (used or 0)
+                    self.memory_peak = max(self.memory_peak, sample)
+                    if sample > self.memory_limit:
+                        hit = hit or "memory"
             if pid is not None and self.shm_limit is not None:
-                used = self._tmpfs_used(pid)
                 # a worker's first look is its baseline (a new one may find what the last one left)
                 last = self._shm_before
                 baseline = last[1] if last is not None and last[0] == pid else None
@@ -319,6 +244,28 @@ class WriteWatch:
                         after = self._tmpfs_used(pid)
                         self._shm_before = (pid, after) if after is not None else None
             return hit
+
+    def _cells_resident(self, worker: int) -> int | None:
+        """Resident bytes of every process of the worker's sandbox (its pid namespace's first process
+        and all below it: the worker, what cells started, their orphans), from ``statm``; None when the
+        worker is gone."""
+        init = self._sandbox_init[1] if self._sandbox_init is not None and self._sandbox_init[0] == worker else None
+        if init is None:
+            try:
+                relay = psutil.Process(worker).parent()
+                first = relay.parent() if relay is not None else None
+            except psutil.Error:
+                return None
+            init = first.pid if first is not None else worker
+            self._sandbox_init = (worker, init)
+        total = 0
+        for pid in (init, *descendant_pids(init)):
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as handle:
+                    total += int(handle.read().split()[1]) * _PAGE
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
 
     def _tmpfs_used(self, pid: int) -> int | None:
         """Bytes on the sandbox's own tmpfs mounts (its ``/dev``, ``/dev/shm`` in it), measured on each

@@ -53,7 +53,9 @@ SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 #: ``userns-rlimit``: the contract counts an rlimit, even one counted over a user namespace, among
 #: the weaker mechanisms that only ``"required"`` accepts.
 TREE_WIDE = frozenset({"cgroup2", "cgroup1", "systemd-scope", "tmpfs", "userns-rlimit", "read-only-view"})
-#: The smallest memory limit RLIMIT_AS can hold: a worker with R and DuckDB maps ~0.9 GiB at rest.
+#: Mechanisms the bridge itself keeps: a watch that samples and stops the cells past the limit.
+WATCHED = frozenset({"watched", "accounting"})
+#: The lowest RLIMIT_AS backstop: a worker with R and DuckDB maps ~0.9 GiB of address space at rest.
 MIN_ADDRESS_SPACE = 2 << 30
 _FIX = {
     "memory": "run where a cgroup is available (v2 delegated to this user, a systemd user manager, or a "
@@ -210,17 +212,18 @@ def plan_confinement(
             reports[name] = LimitReport(value, "systemd-scope", note)
         elif name in groups.by_limit:
             reports[name] = LimitReport(value, groups.version)
-        elif name == "memory" and int(value) < MIN_ADDRESS_SPACE:
-            why = (
-                f"only RLIMIT_AS could hold it here (no cgroup), and a worker maps about 1 GiB of address space "
-                f"before any cell runs, so a cap below {MIN_ADDRESS_SPACE >> 30} GiB would stop the worker itself"
-            )
-            missing[name] = why
-            reports[name] = LimitReport(value, None, why)
         elif name == "memory":
-            rlimits["as"] = int(value)
-            reports[name] = LimitReport(value, "rlimit", "RLIMIT_AS per process (no cgroup for the whole tree)")
-            weak[name] = "only RLIMIT_AS per process holds it"
+            # No cgroup: the bridge watches the cells' memory (the sandbox's resident memory plus its tmpfs),
+            # and RLIMIT_AS per process stays as the backstop, no lower than a worker maps at rest (~1 GiB).
+            rlimits["as"] = max(int(value), MIN_ADDRESS_SPACE)
+            reports[name] = LimitReport(
+                value,
+                "watched",
+                "the resident memory of the sandbox's processes plus its /dev tmpfs, sampled every 20 ms while a cell "
+                "runs (overshoot: what a cell allocates between two samples); the cells are stopped past it. "
+                f"RLIMIT_AS per process at {show_size(rlimits['as'])} is the backstop (no cgroup for the whole tree)",
+            )
+            weak[name] = "only the bridge's sampled watch (and RLIMIT_AS per process) holds it, not a cgroup"
         elif name == "processes":  # every session has a user namespace of its own (root's: unprivileged ids)
             child_rlimits["nproc"] = int(value) + PIDS_HEADROOM
             reports[name] = LimitReport(

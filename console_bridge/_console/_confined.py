@@ -62,6 +62,7 @@ class SessionConfinement:
         self.recording_cap: RecordingCap | None = None
         self._watch_hits: dict[str, int] = {}
         self._shm_hit = False
+        self._memory_stopped = False  # the memory watch stopped the last cell (else the RLIMIT_AS backstop)
         self.dev_capped: bool | None = None  # the worker's /dev got the TMPDIR's cap as a tmpfs size (_devcap)
 
     # ------------------------------------------------------------------ start
@@ -160,6 +161,7 @@ class SessionConfinement:
             worker_pid=lambda: self._worker.pid if self._worker is not None else None,
             stop_cells=self.stop_cells,
             own_tmpfs=[str(self.entry.tmpdir)],
+            memory_limit=int(reports["memory"].value or 0) if reports["memory"].enforced_by == "watched" else None,
         )
         recording = reports["recording"].value
         self.recording_cap = RecordingCap(int(recording)) if recording is not None else None
@@ -374,8 +376,8 @@ class SessionConfinement:
             self._tasks_seen = tasks
             if isinstance(limit, int) and ((tasks >= limit - 8 and tasks > tasks_before) or fork_refused(error)):
                 return "processes"
-        if self.confinement.mechanism("memory") == "rlimit" and error is not None and out_of_memory(error):
-            return "memory"
+        if self.confinement.mechanism("memory") == "watched" and error is not None and out_of_memory(error):
+            return "memory"  # (the RLIMIT_AS backstop refused an allocation before the watch saw it)
         if disk is not None:
             return disk
         return "recording" if cut else None
@@ -393,6 +395,9 @@ class SessionConfinement:
         watch.check(only_if_grown=True)
         before, self._watch_hits = self._watch_hits, dict(watch.hits)
         self._shm_hit = watch.hits["shm"] > before.get("shm", 0)
+        self._memory_stopped = watch.hits["memory"] > before.get("memory", 0)
+        if self._memory_stopped:
+            return "memory"
         if watch.hits["writes"] > before.get("writes", 0):
             return "writes"
         return "tmpdir" if self._shm_hit else None
@@ -430,6 +435,8 @@ class SessionConfinement:
         report = self.confinement.reports[name] if self.confinement is not None else None
         value = report.value if report is not None else None
         mechanism = report.enforced_by if report is not None else None
+        if name == "memory" and mechanism == "watched" and not self._memory_stopped:
+            mechanism = "rlimit"  # the RLIMIT_AS backstop refused an allocation before the watch saw it
         return limit_text(name, mechanism, value, shm=self._shm_hit)
 
     def _tmpfs_filled(self) -> bool:

@@ -21,8 +21,11 @@ _TEXT = {
     "recording": "the session's recording limit ({value} on disk); the output past it was not kept in the "
     "recording (the cell's result above is what the server returned). Raise Limits(recording=...) (CLI: "
     "--recording-limit) or start a new session to record more",
-    "memory:rlimit": "the session's memory limit ({value}, RLIMIT_AS per process); an allocation failed, the "
-    "worker lives on and keeps what the cell had made",
+    "memory:watched": "the session's memory limit ({value}: the sandbox's resident memory plus its /dev tmpfs, "
+    "watched by the bridge where no cgroup holds it); the cell's processes were stopped and the worker's state "
+    "is lost (the files in its TMPDIR too)",
+    "memory:rlimit": "the session's memory limit ({value}; RLIMIT_AS per process, its backstop where no cgroup "
+    "holds it, refused an allocation); the worker lives on and keeps what the cell had made",
     "processes:userns-rlimit": "the session's process limit ({value} tasks, RLIMIT_NPROC over its user "
     "namespace); starting more processes or threads failed (children a cell never waited for count until the "
     "worker restarts: restart() frees them)",

@@ -41,6 +41,7 @@ MECHANISMS = {
     "cgroup1",
     "systemd-scope",
     "rlimit",
+    "watched",
     "userns-rlimit",
     "tmpfs",
     "overlay",
