@@ -119,6 +119,7 @@ class WriteWatch:
         interval: float = 0.25,
         own_tmpfs: Iterable[str] = (),
         memory_limit: int | None = None,
+        count_tasks: bool = False,
     ) -> None:
         self.usage, self.limit, self.shm_limit = usage, limit, shm_limit
         self.own_tmpfs = tuple(own_tmpfs)  # the session's capped tmpfs (the TMPDIR): not the sandbox's to count
@@ -127,6 +128,10 @@ class WriteWatch:
         #: memory where no cgroup holds it (``"watched"``): the cells' resident memory plus the sandbox's tmpfs
         self.memory_limit = memory_limit
         self.memory_peak = 0  # the largest sample (bytes)
+        #: the sandbox's tasks (threads included) while the cell runs: a fork bomb that catches its own EAGAIN
+        #: and reaps its children leaves no trace by the time it ends (RLIMIT_NPROC has no counter of refusals)
+        self.count_tasks = count_tasks
+        self.tasks_peak = 0
         self._sandbox_init: tuple[int, int] | None = None  # (worker pid, the first process of its pid namespace)
         self.worker_pid, self.stop_cells, self.interval = worker_pid, stop_cells, interval
         self.baseline = usage.measure() if usage is not None and limit is not None else 0
@@ -148,6 +153,8 @@ class WriteWatch:
         decides still sees whether a cell runs)."""
         with self._lock:
             self.cell_running = running
+            if running:
+                self.tasks_peak = 0
 
     @property
     def added(self) -> int:
@@ -155,7 +162,7 @@ class WriteWatch:
 
     def start(self) -> None:
         if self._thread is None and (
-            self.limit is not None or self.shm_limit is not None or self.memory_limit is not None
+            self.limit is not None or self.shm_limit is not None or self.memory_limit is not None or self.count_tasks
         ):
             self._thread = threading.Thread(target=self._run, name="console-bridge-write-watch", daemon=True)
             self._thread.start()
@@ -184,9 +191,7 @@ class WriteWatch:
                 and now - last_walk >= max(10 * spent, 0.02 * slow)
                 and (now - last_walk >= self.interval * slow or self._fs_shrank())
             )
-            shm = (self.shm_limit is not None or self.memory_limit is not None) and now - last_shm >= (
-                0.02 if self.cell_running else 0.5
-            )
+            shm = self._samples and now - last_shm >= (0.02 if self.cell_running else 0.5)
             if walk or shm:
                 self.check(stop=True, writes=walk, shm=shm)
                 if walk:
@@ -214,14 +219,17 @@ class WriteWatch:
                 self._fs = self._free_space()
                 if self.added > self.limit and self.total > before + _GROWTH:
                     hit = "writes"
-            pid = self.worker_pid() if shm and (self.shm_limit is not None or self.memory_limit is not None) else None
+            pid = self.worker_pid() if shm and self._samples else None
             used = self._tmpfs_used(pid) if pid is not None else None
-            if pid is not None and self.memory_limit is not None:
-                resident = self._cells_resident(pid)
-                if resident is not None:
+            if pid is not None and (self.memory_limit is not None or self.count_tasks):
+                found = self._sandbox_sample(pid)
+                if found is not None:
+                    resident, tasks = found
+                    if self.cell_running:
+                        self.tasks_peak = max(self.tasks_peak, tasks)
                     sample = resident + (used or 0)
                     self.memory_peak = max(self.memory_peak, sample)
-                    if sample > self.memory_limit:
+                    if self.memory_limit is not None and sample > self.memory_limit:
                         hit = hit or "memory"
             if pid is not None and self.shm_limit is not None:
                 # a worker's first look is its baseline (a new one may find what the last one left)
@@ -245,10 +253,15 @@ class WriteWatch:
                         self._shm_before = (pid, after) if after is not None else None
             return hit
 
-    def _cells_resident(self, worker: int) -> int | None:
-        """Resident bytes of every process of the worker's sandbox (its pid namespace's first process
-        and all below it: the worker, what cells started, their orphans), from ``statm``; None when the
-        worker is gone."""
+    @property
+    def _samples(self) -> bool:
+        """Does the watch look at the sandbox itself (its tmpfs, its memory, its tasks)?"""
+        return self.shm_limit is not None or self.memory_limit is not None or self.count_tasks
+
+    def _sandbox_sample(self, worker: int) -> tuple[int, int] | None:
+        """(resident bytes, tasks) of every process of the worker's sandbox (its pid namespace's first
+        process and all below it: the worker, what cells started, their orphans), from ``statm`` and
+        the ``task`` folders; None when the worker is gone."""
         init = self._sandbox_init[1] if self._sandbox_init is not None and self._sandbox_init[0] == worker else None
         if init is None:
             try:
@@ -258,14 +271,15 @@ class WriteWatch:
                 return None
             init = first.pid if first is not None else worker
             self._sandbox_init = (worker, init)
-        total = 0
+        total = tasks = 0
         for pid in (init, *descendant_pids(init)):
             try:
                 with open(f"/proc/{pid}/statm", "rb") as handle:
                     total += int(handle.read().split()[1]) * _PAGE
+                tasks += len(os.listdir(f"/proc/{pid}/task")) if self.count_tasks else 0
             except (OSError, ValueError, IndexError):
                 continue
-        return total
+        return total, tasks
 
     def _tmpfs_used(self, pid: int) -> int | None:
         """Bytes on the sandbox's own tmpfs mounts (its ``/dev``, ``/dev/shm`` in it), measured on each

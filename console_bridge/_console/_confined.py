@@ -162,6 +162,7 @@ class SessionConfinement:
             stop_cells=self.stop_cells,
             own_tmpfs=[str(self.entry.tmpdir)],
             memory_limit=int(reports["memory"].value or 0) if reports["memory"].enforced_by == "watched" else None,
+            count_tasks=reports["processes"].enforced_by == "userns-rlimit",
         )
         recording = reports["recording"].value
         self.recording_cap = RecordingCap(int(recording)) if recording is not None else None
@@ -374,7 +375,12 @@ class SessionConfinement:
             # zombies and still count, and a later cell that starts nothing has not hit anything.
             tasks, tasks_before = self._tree_tasks(), self._tasks_seen
             self._tasks_seen = tasks
-            if isinstance(limit, int) and ((tasks >= limit - 8 and tasks > tasks_before) or fork_refused(error)):
+            # ... or took it there while it ran (a bomb that caught its EAGAIN and reaped its children):
+            # the watch's peak of the sandbox's tasks, the server's and its helpers' beside them
+            peak = self.watch.tasks_peak if self.watch is not None else 0
+            if isinstance(limit, int) and (
+                (tasks >= limit - 8 and tasks > tasks_before) or peak >= limit - 8 or fork_refused(error)
+            ):
                 return "processes"
         if self.confinement.mechanism("memory") == "watched" and error is not None and out_of_memory(error):
             return "memory"  # (the RLIMIT_AS backstop refused an allocation before the watch saw it)

@@ -212,6 +212,42 @@ async def test_zombies_a_fork_bomb_leaves_fail_no_later_cell_that_starts_nothing
         assert freed.text == "forked\n" and freed.error is None, (freed.error, freed.combined)
 
 
+async def test_a_fork_bomb_that_catches_its_refusals_and_reaps_is_still_a_limit(
+    tmp_path: Path, workspace: Path, recordings: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: under ``userns-rlimit`` a bomb that caught its EAGAIN and waited for its children left
+    nothing behind by its end: held, but not reported. The watch's peak of the sandbox's tasks tells."""
+    empty = tmp_path / "no-cgroups"
+    empty.mkdir()
+    monkeypatch.setenv("CONSOLE_BRIDGE_CGROUP_ROOT", str(empty))  # no cgroup: RLIMIT_NPROC holds it
+    code = textwrap.dedent(
+        """\
+        import os, time
+        kids, refused = [], 0
+        for _ in range(500):
+            try:
+                pid = os.fork()
+            except OSError:
+                refused += 1
+                break
+            if pid == 0:
+                time.sleep(0.5)
+                os._exit(0)
+            kids.append(pid)
+        for pid in kids:
+            os.waitpid(pid, 0)
+        print("forked", len(kids), "refused", refused)
+        """
+    )
+    limits = Limits(processes=64, memory=None, enforce="best_effort")
+    async with _console(workspace, limits=limits, recordings_dir=recordings) as console:
+        assert console.status().limits["processes"]["enforced_by"] == "userns-rlimit"
+        out = await console.run(python=code, timeout=60)
+        assert "refused 1" in out.text and out.error is not None, out.combined
+        assert out.error.kind == "limit" and out.error.name == "processes", out.error
+        await _works(console)
+
+
 async def test_memory_hog_stops_at_the_memory_limit(workspace: Path, recordings: Path) -> None:
     # A cgroup holds 256 MiB for the whole tree; where none can (a normal user without a delegated
     # cgroup) the bridge watches the sandbox's resident memory (issue 30: 256 MiB did not start there).
