@@ -51,6 +51,9 @@ __all__ = ["FolderUsage", "RecordingCap", "WriteWatch", "kill_cells"]
 _RAW = ("/capture/sessions/", "/outputs/", "/artifacts/")
 #: Growth below this between two looks is not a cell writing on (metadata, a log line).
 _GROWTH = 256 << 10
+#: Past the files limit, a look blames the cells only for more new entries than this (what the processes
+#: it killed had in flight lands after it; the next cell is not blamed for those).
+_NEW_FILES = 16
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -120,6 +123,7 @@ class WriteWatch:
         own_tmpfs: Iterable[str] = (),
         memory_limit: int | None = None,
         count_tasks: bool = False,
+        files_limit: int | None = None,
     ) -> None:
         self.usage, self.limit, self.shm_limit = usage, limit, shm_limit
         self.own_tmpfs = tuple(own_tmpfs)  # the session's capped tmpfs (the TMPDIR): not the sandbox's to count
@@ -134,14 +138,17 @@ class WriteWatch:
         self.tasks_peak = 0
         self._sandbox_init: tuple[int, int] | None = None  # (worker pid, the first process of its pid namespace)
         self.worker_pid, self.stop_cells, self.interval = worker_pid, stop_cells, interval
-        self.baseline = usage.measure() if usage is not None and limit is not None else 0
+        self.files_limit = files_limit
+        watched = usage is not None and (limit is not None or files_limit is not None)
+        self.baseline = usage.measure() if usage is not None and watched else 0
         self.total = self.baseline
-        self.hits: dict[str, int] = {"writes": 0, "shm": 0, "memory": 0}
+        self.baseline_entries = self.entries = usage.entries if usage is not None and watched else 0
+        self.hits: dict[str, int] = {"writes": 0, "shm": 0, "memory": 0, "files": 0}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._fs: list[tuple[str, int]] = []  # (folder, free bytes at the last look): a cheap "did anything grow"
+        self._fs: list[tuple[str, int, int]] = []  # (folder, free bytes, free inodes at the last look)
         self._shm_before: tuple[int, int] | None = None  # (worker pid, bytes) at the last look
         #: set by the session while a cell runs: a hit then stops the worker too; between cells only
         #: the processes the cells left behind (an idle worker writes nothing, and a worker killed
@@ -161,9 +168,7 @@ class WriteWatch:
         return max(0, self.total - self.baseline)
 
     def start(self) -> None:
-        if self._thread is None and (
-            self.limit is not None or self.shm_limit is not None or self.memory_limit is not None or self.count_tasks
-        ):
+        if self._thread is None and (self._counts or self._samples):
             self._thread = threading.Thread(target=self._run, name="console-bridge-write-watch", daemon=True)
             self._thread.start()
 
@@ -181,7 +186,7 @@ class WriteWatch:
         # mountinfo, a walk to each mount, an fstatvfs: about 0.1 ms; a cell writes to memory at some
         # GB/s, so this bounds the overshoot), every 0.1 s otherwise. Between cells (only what a cell
         # left behind can write) the writes look five times less often.
-        writes = self.usage is not None and self.limit is not None
+        writes = self._counts
         last_walk = last_shm = spent = 0.0
         while not self._closed:
             slow = 1 if self.cell_running else 5
@@ -209,16 +214,18 @@ class WriteWatch:
         last look (a ``statvfs`` each), as at the end of every cell."""
         with self._lock:
             hit = None
-            if (
-                writes
-                and self.usage is not None
-                and self.limit is not None
-                and (not only_if_grown or self._fs_shrank())
-            ):
+            if writes and self.usage is not None and self._counts and (not only_if_grown or self._fs_shrank()):
                 before, self.total = self.total, self.usage.measure()
+                entries_before, self.entries = self.entries, self.usage.entries
                 self._fs = self._free_space()
-                if self.added > self.limit and self.total > before + _GROWTH:
+                if self.limit is not None and self.added > self.limit and self.total > before + _GROWTH:
                     hit = "writes"
+                elif (
+                    self.files_limit is not None
+                    and self.files_added > self.files_limit
+                    and self.entries > entries_before + _NEW_FILES
+                ):
+                    hit = "files"
             pid = self.worker_pid() if shm and self._samples else None
             used = self._tmpfs_used(pid) if pid is not None else None
             if pid is not None and (self.memory_limit is not None or self.count_tasks):
@@ -245,13 +252,23 @@ class WriteWatch:
                         self.stop_cells(self.cell_running)
                     # what the killed processes had in flight lands now: the next look starts from here
                     time.sleep(0.05)
-                    if self.usage is not None and self.limit is not None:
+                    if self.usage is not None and self._counts:
                         self.total = self.usage.measure()
+                        self.entries = self.usage.entries
                         self._fs = self._free_space()
                     if pid is not None:
                         after = self._tmpfs_used(pid)
                         self._shm_before = (pid, after) if after is not None else None
             return hit
+
+    @property
+    def _counts(self) -> bool:
+        """Does the watch keep the writable folders' books (bytes or files added)?"""
+        return self.usage is not None and (self.limit is not None or self.files_limit is not None)
+
+    @property
+    def files_added(self) -> int:
+        return max(0, self.entries - self.baseline_entries)
 
     @property
     def _samples(self) -> bool:
@@ -293,23 +310,26 @@ class WriteWatch:
         self._dev_full = full
         return used + ((self.shm_limit or 0) + 2 * _GROWTH if self.blinded else 0)
 
-    def _free_space(self) -> list[tuple[str, int]]:
+    def _free_space(self) -> list[tuple[str, int, int]]:
+        """(folder, free bytes, free inodes) of each writable folder's file system."""
         out = []
         for folder in self.usage.folders if self.usage is not None else []:
             with contextlib.suppress(OSError):
                 info = os.statvfs(folder)
-                out.append((folder, info.f_bavail * info.f_frsize))
+                out.append((folder, info.f_bavail * info.f_frsize, info.f_ffree))
         return out
 
     def _fs_shrank(self) -> bool:
+        """Did a writable folder's file system lose free blocks or inodes since the last walk (a file
+        created, even an empty one)?"""
         if not self._fs:
             return True
-        for folder, free in self._fs:
+        for folder, free, inodes in self._fs:
             try:
                 info = os.statvfs(folder)
             except OSError:
                 return True
-            if info.f_bavail * info.f_frsize < free:
+            if info.f_bavail * info.f_frsize < free or info.f_ffree < inodes:
                 return True
         return False
 

@@ -12,7 +12,7 @@ from console_bridge._errors import LaunchRefused
 
 __all__ = ["LIMIT_NAMES", "LimitReport", "Limits", "limits_from_mapping", "parse_size", "show_size"]
 
-LIMIT_NAMES = ("memory", "processes", "cpu", "tmpdir", "recording", "writes")
+LIMIT_NAMES = ("memory", "processes", "cpu", "tmpdir", "recording", "writes", "files")
 _UNITS = {
     "": 1,
     "b": 1,
@@ -73,8 +73,9 @@ class Limits:
     ``memory`` (bytes or a size string) and ``processes`` (tasks) bound the whole session
     tree; ``cpu`` is CPUs' worth of time (``1.5``); ``tmpdir`` bounds the bytes a session
     may write to its private TMPDIR (and, apart, to ``/dev/shm``); ``recording`` bounds the
-    session's whole recording on disk; ``writes`` the bytes a session may add to its writable
-    workspace and roots (see ``_disk`` for how each is held). ``None`` means no limit. ``enforce="required"`` refuses
+    session's whole recording on disk; ``writes`` the bytes and ``files`` the files and folders
+    (inodes) a session may add to its writable workspace and roots (see ``_disk`` for how each
+    is held). ``None`` means no limit. ``enforce="required"`` refuses
     to launch (``LaunchRefused``) when a limit cannot be enforced by any mechanism on this
     host and accepts a weaker one (an rlimit per process), reported as such;
     ``"strict"`` also refuses a limit that does not hold for the whole session tree;
@@ -90,6 +91,9 @@ class Limits:
     recording: int | str | None = "256MiB"
     #: Bytes a session may add to its writable workspace and roots (net: deleting gives budget back).
     writes: int | str | None = "1GiB"
+    #: Files and folders a session may add to its writable workspace and roots (empty files cost
+    #: the writes limit nothing, yet fill the file system's inodes).
+    files: int | None = 100_000
     enforce: Literal["strict", "required", "best_effort"] = "required"
 
     def __post_init__(self) -> None:
@@ -104,6 +108,11 @@ class Limits:
             raise LaunchRefused(
                 f"limit 'processes' must be an integer from {MIN_PROCESSES} up (or None), not {self.processes!r}: "
                 "an idle Python worker alone runs about 11 tasks, and the limit counts them"
+            )
+        files = self.files
+        if files is not None and (not isinstance(files, int) or isinstance(files, bool) or not 1 <= files <= 1 << 31):
+            raise LaunchRefused(
+                f"limit 'files' must be a whole number of files and folders, 1 or more (or None), not {files!r}"
             )
         if self.cpu is not None and (
             not isinstance(self.cpu, int | float)

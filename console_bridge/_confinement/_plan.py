@@ -66,6 +66,7 @@ _FIX = {
     "tmpdir": "set tmpdir=None",
     "recording": "set recording=None",
     "writes": "set writes=None, or use a profile whose cells write only their TMPDIR (the default read-only one)",
+    "files": "set files=None, or use a profile whose cells write only their TMPDIR (the default read-only one)",
 }
 
 
@@ -179,6 +180,7 @@ def plan_confinement(
         "tmpdir": tmpdir,
         "recording": recording,
         "writes": limits.bytes("writes"),
+        "files": limits.files,
     }
     wanted = {name for name in ("memory", "processes", "cpu") if values[name] is not None}
     groups = create_session_cgroups(session_id, memory=memory, processes=limits.processes, cpu=limits.cpu)
@@ -269,6 +271,20 @@ def plan_confinement(
             "stopped (overshoot: what the cells write between two looks, 20 ms to 0.25 s)",
         )
         weak["writes"] = "the bridge's accounting stops the cells once they overdraw; no file system cap holds it"
+    files = limits.files
+    if files is None:
+        reports["files"] = LimitReport(None, None)
+    elif not writable:
+        reports["files"] = LimitReport(files, "read-only-view", "cells can create nothing but in their TMPDIR")
+    else:
+        reports["files"] = LimitReport(
+            files,
+            "accounting",
+            "the files and folders added to the writable folders are counted with the writes (a look when a file "
+            "system's free blocks or inodes change, at least every 0.25 s while a cell runs); past the limit the "
+            "cells are stopped",
+        )
+        weak["files"] = "the bridge's accounting stops the cells once they overdraw; no quota holds it"
     confinement = Confinement(
         limits,
         {n: reports[n] for n in LIMIT_NAMES},
@@ -291,9 +307,12 @@ def plan_confinement(
         if name in missing:
             fix = f"{_FIX[name]}; or pass Limits(..., enforce='best_effort') (CLI: --best-effort) to start anyway"
         else:
-            option = {"tmpdir": "tmpdir-limit", "recording": "recording-limit", "writes": "writes-limit"}.get(
-                name, name
-            )
+            option = {
+                "tmpdir": "tmpdir-limit",
+                "recording": "recording-limit",
+                "writes": "writes-limit",
+                "files": "files-limit",
+            }.get(name, name)
             where = "run where a cgroup holds it (v2 delegated to this user, a systemd user manager, or v1), "
             fix = (
                 "drop enforce='strict' (CLI: leave out --strict; the default 'required' holds it with the weaker "

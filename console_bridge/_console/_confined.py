@@ -153,7 +153,9 @@ class SessionConfinement:
         assert self.confinement is not None and self.entry is not None
         reports = self.confinement.reports
         writes = reports["writes"].value if reports["writes"].enforced_by == "accounting" else None
-        usage = FolderUsage(writable, exclude=[recording_base, self.entry.path]) if writable and writes else None
+        files = reports["files"].value if reports["files"].enforced_by == "accounting" else None
+        counted = writes is not None or files is not None
+        usage = FolderUsage(writable, exclude=[recording_base, self.entry.path]) if writable and counted else None
         self.watch = WriteWatch(
             usage,
             int(writes) if writes is not None else None,
@@ -163,6 +165,7 @@ class SessionConfinement:
             own_tmpfs=[str(self.entry.tmpdir)],
             memory_limit=int(reports["memory"].value or 0) if reports["memory"].enforced_by == "watched" else None,
             count_tasks=reports["processes"].enforced_by == "userns-rlimit",
+            files_limit=int(files) if files is not None else None,
         )
         recording = reports["recording"].value
         self.recording_cap = RecordingCap(int(recording)) if recording is not None else None
@@ -406,6 +409,8 @@ class SessionConfinement:
             return "memory"
         if watch.hits["writes"] > before.get("writes", 0):
             return "writes"
+        if watch.hits["files"] > before.get("files", 0):
+            return "files"
         return "tmpdir" if self._shm_hit else None
 
     def _tree_tasks(self) -> int:

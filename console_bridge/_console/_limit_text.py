@@ -18,6 +18,9 @@ _TEXT = {
     "writes": "the session's write limit ({value} added to its writable folders); the cell's processes were "
     "stopped and the worker's state is lost. What was written stays (the file being written may be partial); "
     "delete files to write again, or raise Limits(writes=...) (CLI: --writes-limit)",
+    "files": "the session's file limit ({value} files and folders added to its writable folders); the cell's "
+    "processes were stopped and the worker's state is lost. What was created stays; delete files to create more, "
+    "or raise Limits(files=...) (CLI: --files-limit)",
     "recording": "the session's recording limit ({value} on disk); the output past it was not kept in the "
     "recording (the cell's result above is what the server returned). Raise Limits(recording=...) (CLI: "
     "--recording-limit) or start a new session to record more",
@@ -45,6 +48,9 @@ def out_of_memory(error: CellFailure) -> bool:
     return error.name == "MemoryError" or "cannot allocate vector" in error.message
 
 
+_SIZES = ("memory", "tmpdir", "recording", "writes")
+
+
 def _human(value: int | float | None) -> str:
     if isinstance(value, int) and value >= 1024:
         for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -56,4 +62,4 @@ def _human(value: int | float | None) -> str:
 def limit_text(name: str, mechanism: str | None, value: int | float | None, *, shm: bool = False) -> str:
     """The detail of a ``kind == "limit"`` failure (``shm``: the TMPDIR cap was hit in /dev/shm)."""
     key = "tmpdir:shm" if name == "tmpdir" and shm else f"{name}:{mechanism}"
-    return _TEXT.get(key, _TEXT[name]).format(value=_human(value))
+    return _TEXT.get(key, _TEXT[name]).format(value=_human(value) if name in _SIZES else value)

@@ -29,7 +29,7 @@ USAGE = (
     "%%console [python|sql|r] [--profile NAME_OR_FILE] [--workspace DIR] [--timeout SECONDS] "
     "[--poll-window SECONDS] [--recordings-dir DIR] [--python VENV] [--languages python,sql,r] "
     "[--read-root DIR] [--memory SIZE] [--processes N] [--cpu CPUS] [--tmpdir-limit SIZE] [--recording-limit SIZE] "
-    "[--writes-limit SIZE] [--best-effort|--strict] (a limit given as none: no limit)"
+    "[--writes-limit SIZE] [--files-limit N] [--best-effort|--strict] (a limit given as none: no limit)"
 )
 
 
@@ -107,6 +107,7 @@ def _parser() -> _Parser:
     parser.add_argument("--tmpdir-limit", type=_or_none(str))
     parser.add_argument("--recording-limit", type=_or_none(str))
     parser.add_argument("--writes-limit", type=_or_none(str))
+    parser.add_argument("--files-limit", type=_or_none(int))
     parser.add_argument("--best-effort", action="store_true")
     parser.add_argument("--strict", action="store_true")
     parser.add_argument("--read-root", action="append", dest="read_roots")
@@ -157,6 +158,7 @@ def parse_cell_line(line: str) -> CellOptions:
         "tmpdir": ns.tmpdir_limit,
         "recording": ns.recording_limit,
         "writes": ns.writes_limit,
+        "files": ns.files_limit,
     }
     changes: dict[str, Any] = {
         key: None if value == NO_LIMIT else value for key, value in given.items() if value is not None

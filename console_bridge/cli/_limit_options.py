@@ -77,6 +77,11 @@ _OPTIONS = (
         "Bytes the code may add to a writable workspace and roots: the bridge's accounting stops the cells past "
         "it; nothing to hold under a read-only profile (none: no limit).",
     ),
+    _limit(
+        "--files-limit",
+        click.IntRange(min=1),
+        "Files and folders the code may add to a writable workspace and roots (default 100000; none: no limit).",
+    ),
     click.option(
         "--best-effort",
         is_flag=True,
@@ -98,8 +103,8 @@ _OPTIONS = (
 
 
 def limit_options(func: F) -> F:
-    """Add ``--memory --processes --cpu --tmpdir-limit --recording-limit --writes-limit --best-effort --strict
-    --read-root``."""
+    """Add ``--memory --processes --cpu --tmpdir-limit --recording-limit --writes-limit --files-limit
+    --best-effort --strict --read-root``."""
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
@@ -114,6 +119,7 @@ def limits_from_options(profile: str, options: dict[str, Any]) -> Limits | None:
         "tmpdir": options.get("tmpdir_limit"),
         "recording": options.get("recording_limit"),
         "writes": options.get("writes_limit"),
+        "files": options.get("files_limit"),
     }
     changes: dict[str, Any] = {k: None if v == NO_LIMIT else v for k, v in given.items() if v is not None}
     if options.get("best_effort") and options.get("strict"):

@@ -283,6 +283,7 @@ def test_limit_options_take_none_and_strict_starts_once_no_rlimit_is_asked_for(c
         "tmpdir": "tmpfs",
         "recording": None,
         "writes": None,
+        "files": "read-only-view",  # (a read-only profile: cells create nothing on the host)
     }
     assert limits["recording"]["value"] is None and limits["tmpdir"]["value"] == 2 << 30
     bad = cb("run", "--memory", "lots", "a.py")

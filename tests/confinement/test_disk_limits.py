@@ -162,6 +162,26 @@ async def test_dev_shm_stops_at_the_tmpdir_cap(workspace: Path, recordings: Path
 @pytest.mark.anyio
 @pytest.mark.console
 @console_tests
+async def test_the_files_limit_stops_a_flood_of_empty_files(workspace: Path, recordings: Path) -> None:
+    """Issue 30: empty files cost the writes limit nothing, so the host's inodes fitted under it."""
+    code = (
+        "import os\nos.makedirs('many', exist_ok=True)\nfor i in range(200000):\n"
+        "    open(f'many/f{i}', 'w').close()\nprint('never')"
+    )
+    async with _console(workspace, profile="workspace", limits=Limits(files=1000), recordings_dir=recordings) as c:
+        assert c.status().limits["files"]["enforced_by"] == "accounting"
+        out = await c.run(python=code, timeout=120)
+        assert out.error is not None and out.error.kind == "limit" and out.error.name == "files", out.combined
+        assert "never" not in out.text and "--files-limit" in out.error.message
+        made = len(os.listdir(workspace / "many"))
+        assert 1000 < made <= 1000 + 20_000, made  # stopped within what the cells create between two looks
+        after: Any = await _next(c, "print(1 + 1)")
+        assert after.error is None and after.text.strip().endswith("2"), after
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
 async def test_a_cell_cannot_blind_the_dev_watcher_with_a_symlink(workspace: Path, recordings: Path) -> None:
     """Issue 30: ``rmdir /dev/shm; ln -s pts /dev/shm``, then a fill of ``/dev``: the watcher measured
     through the cell's link (devpts) and 1.5 GiB went in against a 256 MiB cap. It measures the

@@ -40,6 +40,20 @@ def test_a_normal_user_without_cgroups_gets_rlimits_it_names(no_cgroups: Path) -
     assert plan.scope is None
 
 
+def test_the_files_limit_is_accounted_where_cells_write_the_host_and_free_elsewhere(no_cgroups: Path) -> None:
+    writable = plan_confinement(Limits(files=1000), "t-files", host_kind(), writable=True).report_dict()["files"]
+    assert writable["enforced_by"] == "accounting" and writable["value"] == 1000
+    read_only = plan_confinement(Limits(), "t-files2", host_kind(), writable=False).report_dict()["files"]
+    assert read_only["enforced_by"] == "read-only-view" and read_only["value"] == 100_000
+    with pytest.raises(LaunchRefused, match=r"files=1000 .*--files-limit none"):
+        plan_confinement(
+            Limits(files=1000, memory=None, processes=None, recording=None, writes=None, enforce="strict"),
+            "t-files3",
+            host_kind(),
+            writable=True,
+        )
+
+
 def test_strict_refuses_a_per_process_rlimit_and_names_the_way_out(no_cgroups: Path) -> None:
     with pytest.raises(LaunchRefused) as info:
         plan_confinement(Limits(enforce="strict", recording=None), "t-strict", host_kind())

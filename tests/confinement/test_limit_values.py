@@ -22,11 +22,18 @@ from console_bridge import LaunchRefused, Limits
         ({"tmpdir": "2 parsecs"}, "unknown unit 'parsecs'"),
         ({"writes": True}, "must be a size such as '4GiB'"),
         ({"enforce": "sometimes"}, "'strict', 'required' or 'best_effort'"),
+        ({"files": 0}, "limit 'files' must be a whole number of files and folders, 1 or more (or None), not 0"),
+        ({"files": "many"}, "limit 'files' must be a whole number"),
+        ({"files": True}, "limit 'files' must be a whole number"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_with_the_way_out(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(LaunchRefused, match=message.replace("(", r"\(").replace(")", r"\)")):
         Limits(**changes)
+
+
+def test_the_files_limit_defaults_to_100000_and_takes_none() -> None:
+    assert Limits().files == 100_000 and Limits(files=None).files is None and Limits(files=1).files == 1
 
 
 def test_the_smallest_values_and_none_are_taken() -> None:

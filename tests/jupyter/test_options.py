@@ -147,5 +147,7 @@ def test_every_limit_of_the_command_line_and_none_on_the_cell_line(tmp_path: Pat
     assert dict(lifted.limits) == {"recording": None, "enforce": "strict"} and "limits" in describe_change(spec, lifted)
     with pytest.raises(OptionsError, match=r"'lots' is not a whole number \(or none for no limit\)"):
         parse_cell_line("--processes lots")
+    assert dict(parse_cell_line("--files-limit 1000").limits or ()) == {"files": 1000}
+    assert dict(parse_cell_line("--files-limit none").limits or ()) == {"files": None}
     with pytest.raises(OptionsError, match=r"usage: .*--writes-limit SIZE"):
         parse_cell_line("--writes")
