@@ -3,7 +3,7 @@
 # (guest/scenarios/drive.sh), then print a table of the checks and the timings.
 #   guest/ci.sh          # as root; everything lands in .guest/ (logs in .guest/logs/)
 # Exit 0 when every check held, 1 when one failed, 2 when the bed itself could not be built or booted.
-# Then, in the same boot, as root: guest/scenarios/drive-root.sh (doctor, api, privilege; GUEST_ROOT=0 skips it).
+# Then, in the same boot, as root: guest/scenarios/drive-root.sh (doctor, privilege; GUEST_ROOT=0 skips it).
 # Environment: GUEST_SCOPES, GUEST_CHECKS, CONSOLE_BRIDGE_GUEST_ENFORCE (see drive.sh), PYTHON (host
 # python with pip, default python3), GUEST_CMD_TIMEOUT (s for all scenarios, default 1800).
 set -uo pipefail
