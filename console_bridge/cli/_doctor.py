@@ -276,7 +276,14 @@ def _check_limits() -> list[Check]:
         strength = {
             "recording": "the session's total",
             "writes": "bridge accounting; read-only profiles: nothing to write",
-        }.get(name) or ("whole tree" if report.enforced_by in TREE_WIDE else "per process")
+            "files": "bridge accounting; read-only profiles: nothing to write",
+        }.get(name) or (
+            "whole tree"
+            if report.enforced_by in TREE_WIDE
+            else "the bridge's watch of the whole sandbox"
+            if report.enforced_by == "watched"
+            else "per process"
+        )
         note = f"; {report.note}" if report.note else ""
         checks.append(
             Check(
