@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import hostile  # (beside this file: a cell that fights back)
 import privilege  # (beside this file: the host-privilege checks)
 
 # The names status().limits may give as what enforces a limit.
@@ -563,6 +564,7 @@ CHECKS: dict[str, Callable[[Report, Path, Path], None]] = {
     "attacks": lambda r, bed, base: check_attacks(r, base),
     "disk": lambda r, bed, base: check_disk(r, base),
     "privilege": lambda r, bed, base: privilege.check_privilege(r, base),
+    "hostile": lambda r, bed, base: hostile.check_hostile(r, base),
 }
 
 
