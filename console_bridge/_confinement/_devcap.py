@@ -4,12 +4,13 @@ mcp-console's sandbox mounts each worker a fresh ``/dev`` tmpfs without a size (
 folder, and every other name in it, bounded only by memory), where a cell writes at memory
 speed: a watcher that looks every 20 ms still let a few hundred MiB past a 32 MiB cap. So
 when the bridge adopts a worker it remounts that ``/dev`` with ``size=`` the TMPDIR's cap, in
-the worker's own namespaces: a short stdlib-only child (``python -I -S`` this file) joins the
-worker's user namespace (the session's own, or one nested in it, where the bridge's user has
-every capability: it owns the session's) and mount namespace, and remounts, keeping every
-other flag as it is. Past the cap a write fails with ``ENOSPC``; the session reports it as the
-cell's ``tmpdir`` limit. Where the remount is refused the watcher (``_disk.WriteWatch``) still
-holds the cap by accounting.
+the worker's own namespaces: a short stdlib-only child (``python -I -S``) joins the user
+namespace that owns the worker's mount namespace (the session's own or one nested in it, where
+the bridge's user has every capability: it owns the session's; ``NS_GET_USERNS``) and then that
+mount namespace, and remounts, keeping every other flag as it is. Past the cap a write fails
+with ``ENOSPC``; the session reports it as the cell's ``tmpdir`` limit (the worker lives on).
+Where the remount is refused the watcher (``_disk.WriteWatch``) still holds the cap by
+accounting.
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ import sys
 __all__ = ["cap_dev"]
 
 _CODE = r"""
-import ctypes, os, sys
+import ctypes, fcntl, os, sys
 pid, size = sys.argv[1], int(sys.argv[2])
 libc = ctypes.CDLL(None, use_errno=True)
-for kind in ("user", "mnt"):
-    fd = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
-    if kind == "user" and os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user"):
-        continue
-    if libc.setns(fd, 0) != 0:
-        print(f"setns({kind}): {os.strerror(ctypes.get_errno())}")
-        sys.exit(1)
+mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+owner = fcntl.ioctl(mnt, 0xB701)  # NS_GET_USERNS: the user namespace that owns the mount namespace
+if os.fstat(owner).st_ino != os.stat("/proc/self/ns/user").st_ino and libc.setns(owner, 0) != 0:
+    print(f"setns(the mount namespace's user namespace): {os.strerror(ctypes.get_errno())}")
+    sys.exit(1)
+if libc.setns(mnt, 0) != 0:
+    print(f"setns(mnt): {os.strerror(ctypes.get_errno())}")
+    sys.exit(1)
 os.chdir("/")
 info = os.statvfs("/dev")
 flags = 32  # MS_REMOUNT

@@ -143,7 +143,8 @@ class WriteWatch:
         self.baseline = usage.measure() if usage is not None and watched else 0
         self.total = self.baseline
         self.baseline_entries = self.entries = usage.entries if usage is not None and watched else 0
-        self.hits: dict[str, int] = {"writes": 0, "shm": 0, "memory": 0, "files": 0}
+        #: "shm": the cells were stopped past the cap; "shm_full": the kernel held it (a write failed, ``_devcap``)
+        self.hits: dict[str, int] = {"writes": 0, "shm": 0, "shm_full": 0, "memory": 0, "files": 0}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -306,7 +307,7 @@ class WriteWatch:
             return None
         used, self.blinded, full = found
         if full and not self._dev_full:  # a cap the kernel holds (``_devcap``): the writes failed, nothing to stop
-            self.hits["shm"] += 1
+            self.hits["shm_full"] += 1
         self._dev_full = full
         return used + ((self.shm_limit or 0) + 2 * _GROWTH if self.blinded else 0)
 

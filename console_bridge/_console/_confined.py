@@ -63,6 +63,7 @@ class SessionConfinement:
         self._watch_hits: dict[str, int] = {}
         self._shm_hit = False
         self._memory_stopped = False  # the memory watch stopped the last cell (else the RLIMIT_AS backstop)
+        self._shm_full = False  # the sandbox's /dev, capped by the kernel, became full in the last cell
         self.dev_capped: bool | None = None  # the worker's /dev got the TMPDIR's cap as a tmpfs size (_devcap)
 
     # ------------------------------------------------------------------ start
@@ -404,6 +405,7 @@ class SessionConfinement:
         watch.check(only_if_grown=True)
         before, self._watch_hits = self._watch_hits, dict(watch.hits)
         self._shm_hit = watch.hits["shm"] > before.get("shm", 0)
+        self._shm_full = watch.hits["shm_full"] > before.get("shm_full", 0)
         self._memory_stopped = watch.hits["memory"] > before.get("memory", 0)
         if self._memory_stopped:
             return "memory"
@@ -411,7 +413,7 @@ class SessionConfinement:
             return "writes"
         if watch.hits["files"] > before.get("files", 0):
             return "files"
-        return "tmpdir" if self._shm_hit else None
+        return "tmpdir" if self._shm_hit or self._shm_full else None
 
     def _tree_tasks(self) -> int:
         """Tasks (threads included) in the worker's user namespace: what the cells' RLIMIT_NPROC counts."""
@@ -448,7 +450,7 @@ class SessionConfinement:
         mechanism = report.enforced_by if report is not None else None
         if name == "memory" and mechanism == "watched" and not self._memory_stopped:
             mechanism = "rlimit"  # the RLIMIT_AS backstop refused an allocation before the watch saw it
-        return limit_text(name, mechanism, value, shm=self._shm_hit)
+        return limit_text(name, mechanism, value, shm="full" if self._shm_full else self._shm_hit)
 
     def _tmpfs_filled(self) -> bool:
         """The TMPDIR became full during this cell (a full TMPDIR left from before is not this cell's hit)."""

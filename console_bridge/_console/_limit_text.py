@@ -15,6 +15,8 @@ _TEXT = {
     "tmpdir:shm": "the TMPDIR size limit ({value}), which /dev/shm (the sandbox's /dev) shares; the cell wrote more to "
     "/dev/shm or /dev, so its processes were stopped and the worker's state is lost (files there stay until the "
     "worker restarts)",
+    "tmpdir:shm-full": "the TMPDIR size limit ({value}), which /dev/shm (the sandbox's /dev) shares; writing more "
+    "there failed with 'No space left on device' (the worker lives on; delete files in /dev/shm to write again)",
     "writes": "the session's write limit ({value} added to its writable folders); the cell's processes were "
     "stopped and the worker's state is lost. What was written stays (the file being written may be partial); "
     "delete files to write again, or raise Limits(writes=...) (CLI: --writes-limit)",
@@ -59,7 +61,10 @@ def _human(value: int | float | None) -> str:
     return str(value)
 
 
-def limit_text(name: str, mechanism: str | None, value: int | float | None, *, shm: bool = False) -> str:
-    """The detail of a ``kind == "limit"`` failure (``shm``: the TMPDIR cap was hit in /dev/shm)."""
-    key = "tmpdir:shm" if name == "tmpdir" and shm else f"{name}:{mechanism}"
+def limit_text(name: str, mechanism: str | None, value: int | float | None, *, shm: bool | str = False) -> str:
+    """The detail of a ``kind == "limit"`` failure (``shm``: the TMPDIR cap was hit in /dev/shm, the cells
+    stopped; ``"full"``: the kernel held it there)."""
+    key = f"{name}:{mechanism}"
+    if name == "tmpdir" and shm:
+        key = "tmpdir:shm-full" if shm == "full" else "tmpdir:shm"
     return _TEXT.get(key, _TEXT[name]).format(value=_human(value) if name in _SIZES else value)
