@@ -383,7 +383,9 @@ class SessionConfinement:
             # the watch's peak of the sandbox's tasks, the server's and its helpers' beside them
             peak = self.watch.tasks_peak if self.watch is not None else 0
             if isinstance(limit, int) and (
-                (tasks >= limit - 8 and tasks > tasks_before) or peak >= limit - 8 or fork_refused(error)
+                (tasks >= limit - 8 and tasks > tasks_before)
+                or (peak >= limit - 8 and peak > tasks_before)  # (children left from before are not this cell's)
+                or fork_refused(error)
             ):
                 return "processes"
         if self.confinement.mechanism("memory") == "watched" and error is not None and out_of_memory(error):
