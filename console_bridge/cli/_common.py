@@ -6,6 +6,7 @@ Everything here is pure (no processes) apart from writing to the given streams.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Sequence
 from enum import IntEnum
@@ -27,6 +28,7 @@ __all__ = [
     "ByteSize",
     "Duration",
     "ExitCode",
+    "FiniteFloat",
     "error_text",
     "exit_code_for",
     "fail",
@@ -38,6 +40,17 @@ __all__ = [
 ]
 
 PREFIX = "console-bridge"
+
+
+class FiniteFloat(click.FloatRange):
+    """A ``click.FloatRange`` that refuses ``nan`` and ``inf`` (click's own passes ``nan``: no comparison
+    with it is true, so ``--timeout nan`` was taken)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class ExitCode(IntEnum):

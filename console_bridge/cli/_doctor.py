@@ -34,7 +34,7 @@ from console_bridge._console._worker_env import inspect_venv, missing_modules
 from console_bridge._console._workspace import vet_workspace
 from console_bridge._errors import BridgeError, LaunchRefused
 from console_bridge._extras import install_hint
-from console_bridge.cli._common import error_text, human_size, table
+from console_bridge.cli._common import FiniteFloat, error_text, human_size, table
 
 __all__ = ["doctor_command"]
 
@@ -504,7 +504,7 @@ Examples:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(min=1),
     default=60.0,
     show_default=True,
     metavar="SECONDS",

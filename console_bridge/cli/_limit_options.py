@@ -10,7 +10,7 @@ import click
 
 from console_bridge._confinement._limits import MIN_PROCESSES, Limits
 from console_bridge._console._profiles import load_profile
-from console_bridge.cli._common import ByteSize
+from console_bridge.cli._common import ByteSize, FiniteFloat
 
 __all__ = ["NO_LIMIT", "limit_options", "limits_from_options"]
 
@@ -63,7 +63,7 @@ _OPTIONS = (
         click.IntRange(min=MIN_PROCESSES),
         "Processes and threads the session's tree may hold (none: no limit).",
     ),
-    _limit("--cpu", click.FloatRange(min=0.01, max=4096), "CPUs' worth of time, e.g. 1.5 (none: no cap)."),
+    _limit("--cpu", FiniteFloat(min=0.01, max=4096), "CPUs' worth of time, e.g. 1.5 (none: no cap)."),
     _limit("--tmpdir-limit", _LimitSize(), "Bytes the session may write to its private TMPDIR (none: no cap)."),
     _limit(
         "--recording-limit",

@@ -23,7 +23,7 @@ from console_bridge._console._files import check_glob
 from console_bridge._console._recordings import Recordings
 from console_bridge._errors import BridgeError
 from console_bridge.cli import _artifacts as artifacts
-from console_bridge.cli._common import ExitCode, error_text, fail
+from console_bridge.cli._common import ExitCode, FiniteFloat, error_text, fail
 from console_bridge.cli._limit_options import limit_options, limits_from_options
 from console_bridge.cli._run_session import run_session
 from console_bridge.cli._run_sources import FileRun, load_sources
@@ -69,17 +69,25 @@ def _artifacts_target(path: Path) -> str:
 
 # ---------------------------------------------------------------- the command
 def check_usage(opts: Options) -> None:
-    """Usage mistakes exit 2 before anything starts: an unknown profile, a writable root that is not an
-    existing folder (a refused root, such as home, stays a launch refusal, exit 3)."""
+    """Usage mistakes exit 2 before anything starts: an unknown profile, a writable or read root or a
+    --python venv that is not an existing folder (a refused root, such as home, stays a launch refusal,
+    exit 3)."""
     from console_bridge._console._profiles import load_profile
 
     try:
         load_profile(opts.profile)
     except BridgeError as exc:
         fail(f"--profile: {error_text(exc)} (see `console-bridge profiles`)", ExitCode.USAGE)
-    for root in opts.writable_roots:
-        if not Path(root).expanduser().is_dir():
-            fail(f"--writable-root {root!r} is not an existing folder; create it first", ExitCode.USAGE)
+    for flag, roots in (("--writable-root", opts.writable_roots), ("--read-root", opts.read_roots)):
+        for root in roots:
+            if not Path(root).expanduser().is_dir():
+                fail(f"{flag} {root!r} is not an existing folder; create it first", ExitCode.USAGE)
+    if opts.python is not None and not Path(opts.python).expanduser().exists():
+        fail(
+            f"--python {opts.python!r} does not exist; create the venv with `python3 -m venv {opts.python}` and "
+            "install what the cells import into it, or pass another",
+            ExitCode.USAGE,
+        )
     if opts.collect and opts.artifacts is None:
         fail("--collect needs --artifacts DIR (the collected files are written to DIR/files)", ExitCode.USAGE)
     for pattern in opts.collect:
@@ -223,6 +231,13 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
             raise click.BadParameter(f"{item!r} is not KEY=VALUE with a name like MY_VAR", param_hint="--env")
+        if key == "PATH":  # (it was taken and had no effect on the code: issue 31)
+            raise click.BadParameter(
+                "the code's PATH is set by the session (the worker venv's bin, then the host's command folders its "
+                "view shows) and cannot be changed; call a program by its full path, or add its folder with "
+                "--read-root DIR and call it from there",
+                param_hint="--env",
+            )
         env[key] = value
     return env
 
@@ -274,7 +289,7 @@ RETENTION = _Retention()
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     metavar="SECONDS",
     help=(
         "Limit for the code's run time (all files together; the session's startup is not counted and has "
@@ -283,7 +298,7 @@ RETENTION = _Retention()
 )
 @click.option(
     "--startup-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=_STARTUP_TIMEOUT,
     show_default=True,
     metavar="SECONDS",
@@ -291,7 +306,7 @@ RETENTION = _Retention()
 )
 @click.option(
     "--poll-window",
-    type=click.FloatRange(min=0.05, max=3600),
+    type=FiniteFloat(min=0.05, max=3600),
     default=1.0,
     show_default=True,
     metavar="SECONDS",

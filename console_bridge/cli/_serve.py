@@ -34,7 +34,7 @@ from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
-from console_bridge.cli._common import PREFIX, ExitCode, error_text, exit_code_for, fail
+from console_bridge.cli._common import PREFIX, ExitCode, FiniteFloat, error_text, exit_code_for, fail
 from console_bridge.cli._limit_options import limit_options, limits_from_options
 from console_bridge.cli._output import host_line
 from console_bridge.cli._serve_consoles import Consoles
@@ -436,7 +436,7 @@ Examples:
 @click.option("--max-per-client", type=click.IntRange(min=1), help="HTTP: consoles per client identity.")
 @click.option(
     "--idle-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=600.0,
     show_default=True,
     metavar="SECONDS",
@@ -444,19 +444,19 @@ Examples:
 )
 @click.option(
     "--max-lifetime",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     metavar="SECONDS",
     help="A console is closed this long after it opened (default 28800 over stdio, 3600 over HTTP).",
 )
 @click.option(
     "--max-cell-time",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     metavar="SECONDS",
     help="A cell running this long is interrupted (the console and its state are kept). Default: no bound.",
 )
 @click.option(
     "--acquire-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=1.0,
     show_default=True,
     metavar="SECONDS",
@@ -488,7 +488,7 @@ Examples:
 @click.option("--languages", default="python,sql", show_default=True, help="Comma-separated: python, sql, r.")
 @click.option(
     "--poll-window",
-    type=click.FloatRange(min=0.05, max=3600),
+    type=FiniteFloat(min=0.05, max=3600),
     default=30.0,
     show_default=True,
     metavar="SECONDS",

@@ -98,6 +98,16 @@ def test_usage_mistakes_exit_2(cb: Runner, tmp_path: Path) -> None:
     assert profile.returncode == 2 and "--profile" in profile.stderr
     root = cb("run", "--writable-root", str(tmp_path / "missing"), "x.py")
     assert root.returncode == 2 and "not an existing folder" in root.stderr
+    # the same kind of mistake, the same exit (issue 31: these exited 3)
+    read_root = cb("run", "--read-root", str(tmp_path / "missing"), "x.py")
+    assert read_root.returncode == 2 and "--read-root" in read_root.stderr, read_root.stderr
+    assert "not an existing folder" in read_root.stderr
+    python = cb("run", "--python", str(tmp_path / "no-venv"), "x.py")
+    assert python.returncode == 2 and "python3 -m venv" in python.stderr
+    nan = cb("run", "--timeout", "nan", "x.py")
+    assert nan.returncode == 2 and "not a finite number" in nan.stderr
+    path = cb("run", "--env", "PATH=/opt/x", "x.py")
+    assert path.returncode == 2 and "PATH is set by the session" in path.stderr
     assert not (tmp_path / "xdg-data").exists()
 
 
