@@ -99,9 +99,11 @@ class Identities:
         return cls(tokens=parse_tokens(read_private(path, "--tokens file"), f"--tokens {path}"), path=path)
 
     def authenticate(self, header: str | None) -> str | None:
-        if header is None or not header.startswith("Bearer "):
+        """The identity ``Authorization: Bearer TOKEN`` names (the scheme in any case, RFC 7235), or None."""
+        scheme, _space, token = (header or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
             return None
-        return self.tokens.get(_digest(header[len("Bearer ") :].strip()))
+        return self.tokens.get(_digest(token.strip()))
 
     def reload(self) -> str:
         """Re-read the tokens file; on failure keep the tokens in use. Returns what happened, in words."""

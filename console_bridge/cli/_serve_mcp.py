@@ -439,6 +439,14 @@ def build_server(
     ) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=[])
 
+    async def get_prompt(
+        ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        # prompts is advertised (an empty list): a get names an unknown prompt, -32602 (it answered -32601)
+        raise MCPError(
+            types.INVALID_PARAMS, f"unknown prompt {params.name!r}; this server offers none", data={"name": params.name}
+        )
+
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
@@ -475,6 +483,7 @@ def build_server(
         on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,
         on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
     # The SDK's default OpenTelemetry span per message does nothing here (no exporter is ever set up)
     # but costs every call; the audit log is the record of what ran.

@@ -98,6 +98,13 @@ async def test_refused_requests_start_nothing(http_server: Any, tmp_path: Path) 
                 server.url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=session
             )
             assert listed.status_code == 200 and "console_open" in listed.text
+            if _ == 0:  # prompts is offered (empty): a get of an unknown name is -32602, not -32601 (issue 32)
+                prompt = await http.post(
+                    server.url,
+                    json={"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {"name": "nope"}},
+                    headers=session,
+                )
+                assert '"code":-32602' in prompt.text.replace(" ", "") and "unknown prompt" in prompt.text, prompt.text
         assert sessions_started(tmp_path) == 0
     async with client(server) as one, client(server) as two:
         assert text(await one.call_tool("send", {"python": "6 * 7"})).strip() == "42"  # claimed now

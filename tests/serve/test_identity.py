@@ -25,6 +25,9 @@ def test_tokens_name_identities(tmp_path: Path) -> None:
     assert ids.authenticate(f"Bearer {B}") == "bob"
     assert ids.authenticate(f"Bearer {A}x") is None
     assert ids.authenticate(A) is None and ids.authenticate(None) is None
+    # the scheme is case-insensitive (RFC 7235; lowercase `bearer` was refused: issue 32)
+    assert ids.authenticate(f"bearer {A}") == "alice" and ids.authenticate(f"BEARER  {B}") == "bob"
+    assert ids.authenticate("Bearer ") is None and ids.authenticate(f"Basic {A}") is None
 
 
 @pytest.mark.parametrize(
