@@ -568,11 +568,18 @@ CHECKS: dict[str, Callable[[Report, Path, Path], None]] = {
 }
 
 
+#: Checks whose outcome does not depend on the cgroup a session lives in: run in the login scope (and
+#: as root), not again in every scope (the guest stage's time).
+SCOPE_FREE = {"privilege", "hostile"}
+
+
 def run_scope(scope: str, bed: Path, only: list[str]) -> int:
     report = Report(scope)
     base = fresh_dir(Path.home() / "checks", scope)
     check_where(report)
     for name, check in CHECKS.items():
+        if name in SCOPE_FREE and scope not in ("login", "root") and name not in only:
+            continue
         if not only or name in only:
             os.chdir(base)
             check(report, bed, base)
