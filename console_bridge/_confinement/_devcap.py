@@ -15,8 +15,7 @@ accounting.
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from console_bridge._confinement._child import run_child
 
 __all__ = ["cap_dev"]
 
@@ -50,17 +49,9 @@ print("ok")
 
 def cap_dev(pid: int, size: int, *, timeout: float = 10.0) -> str | None:
     """Give process ``pid``'s ``/dev`` (its sandbox's tmpfs) the size ``size``; None when done, else why not."""
-    try:
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _CODE, str(pid), str(size)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"the remount could not run ({exc})"
+    done = run_child(_CODE, str(pid), str(size), timeout=timeout)
+    if isinstance(done, str):
+        return done
     if done.returncode == 0 and done.stdout.strip() == "ok":
         return None
     return (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}")[-300:]

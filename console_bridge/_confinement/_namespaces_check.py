@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from console_bridge._confinement._child import run_child
 
 __all__ = ["NamespaceCheck", "check_namespaces", "try_namespaces"]
 
@@ -96,17 +96,9 @@ def check_namespaces(mode: str, ids: dict[str, Any] | None = None, *, timeout: f
     here = str(Path(__file__).parent)
     with tempfile.TemporaryDirectory(prefix="console-bridge-nscheck-") as folder:
         os.mkdir(os.path.join(folder, "rw"), 0o755)
-        try:
-            done = subprocess.run(
-                [sys.executable, "-I", "-S", "-c", _CODE, here, mode, folder, json.dumps(ids or {})],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            return NamespaceCheck(f"the check could not run ({exc})", mode, {})
+        done = run_child(_CODE, here, mode, folder, json.dumps(ids or {}), timeout=timeout)
+        if isinstance(done, str):
+            return NamespaceCheck(done, mode, {})
         try:
             facts = json.loads(done.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

@@ -258,33 +258,30 @@ def plan_confinement(
             "it cut after the cell",
         )
         weak["recording"] = "RLIMIT_FSIZE and cuts after each cell hold it, not a file system cap"
-    writes = limits.bytes("writes")
-    if writes is None:
-        reports["writes"] = LimitReport(None, None)
-    elif not writable:
-        reports["writes"] = LimitReport(writes, "read-only-view", "cells can write nothing but their TMPDIR")
-    else:
-        reports["writes"] = LimitReport(
-            writes,
-            "accounting",
+    for name, value, nothing, how in (
+        (
+            "writes",
+            values["writes"],
+            "cells can write nothing but their TMPDIR",
             "the bytes added to the writable folders are measured while cells run; past the limit the cells are "
             "stopped (overshoot: what the cells write between two looks, 20 ms to 0.25 s)",
-        )
-        weak["writes"] = "the bridge's accounting stops the cells once they overdraw; no file system cap holds it"
-    files = limits.files
-    if files is None:
-        reports["files"] = LimitReport(None, None)
-    elif not writable:
-        reports["files"] = LimitReport(files, "read-only-view", "cells can create nothing but in their TMPDIR")
-    else:
-        reports["files"] = LimitReport(
-            files,
-            "accounting",
+        ),
+        (
+            "files",
+            values["files"],
+            "cells can create nothing but in their TMPDIR",
             "the files and folders added to the writable folders are counted with the writes (a look when a file "
             "system's free blocks or inodes change, at least every 0.25 s while a cell runs); past the limit the "
             "cells are stopped",
-        )
-        weak["files"] = "the bridge's accounting stops the cells once they overdraw; no quota holds it"
+        ),
+    ):
+        if value is None:
+            reports[name] = LimitReport(None, None)
+        elif not writable:
+            reports[name] = LimitReport(value, "read-only-view", nothing)
+        else:
+            reports[name] = LimitReport(value, "accounting", how)
+            weak[name] = "the bridge's accounting stops the cells once they overdraw; no file system cap holds it"
     confinement = Confinement(
         limits,
         {n: reports[n] for n in LIMIT_NAMES},
