@@ -206,7 +206,9 @@ def claim_ids(locks: str, start: int, count: int, size: int) -> tuple[int, int]:
     """A block of ``size`` host ids of the range ``start``..``start + count`` that no live session
     holds: (its first id, the fd whose lock holds it). Each block is a lock file in ``locks``,
     held (``flock``) for as long as the fd is open, so a session that dies frees its ids with it;
-    the search starts at a random block."""
+    the search starts at a random block. A lock is taken only on the file the name still names
+    (one removed by :func:`release_ids` while this opened it is left), so two sessions never
+    hold one block."""
     import fcntl
 
     blocks = count // size
@@ -223,11 +225,23 @@ def claim_ids(locks: str, start: int, count: int, size: int) -> tuple[int, int]:
         fd = os.open(f"{locks}/{base}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held, named = os.fstat(fd), os.stat(f"{locks}/{base}", follow_symlinks=False)
+            if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+                raise OSError("removed by its last holder")
         except OSError:
             os.close(fd)
             continue
         return base, fd
     raise SetupError(f"every block of {size} ids in the range {start}:{count} is held by a live session")
+
+
+def release_ids(locks: str, base: int, fd: int) -> None:
+    """Give a claimed block back: its lock file is removed while still locked, then closed."""
+    try:  # noqa: SIM105 (stdlib-only and light at import: no contextlib, see the module's docstring)
+        os.unlink(f"{locks}/{base}")
+    except OSError:
+        pass
+    os.close(fd)
 
 
 def enter(mode: str) -> None:

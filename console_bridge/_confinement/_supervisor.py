@@ -396,6 +396,12 @@ class Supervisor:
     def finish(self) -> None:
         import shutil
 
+        ids = dict(self.config.get("view") or {}).get("ids")
+        if self.ids_lock is not None and self.session_ids is not None and isinstance(ids, dict):
+            # every process of the session is gone (kill_all ran): its ids are free again
+            _sibling("_namespaces").release_ids(str(ids["locks"]), self.session_ids, self.ids_lock)
+            self.ids_lock = None
+
         for path in self.cleanup:
             for _ in range(3):
                 shutil.rmtree(path, ignore_errors=True)
