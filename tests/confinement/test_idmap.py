@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,21 @@ def test_root_hosts_that_cannot_map_ids_are_refused_with_the_setting() -> None:
     assert arch is not None and "riscv64" in arch.text()
     # AppArmor's restriction is on unprivileged namespaces: root is not refused for it
     assert host_gap(host_kind(uid=0, privileged=True, userns_problem="AppArmor forbids ...")) is None
+
+
+def test_live_sessions_hold_blocks_of_their_own_and_give_them_back(tmp_path: Path) -> None:
+    from console_bridge._confinement._namespaces import claim_ids, release_ids
+
+    locks = str(tmp_path / "ids")
+    held = [claim_ids(locks, 1 << 20, 4 * BLOCK, BLOCK) for _ in range(4)]
+    assert sorted(base for base, _ in held) == [(1 << 20) + i * BLOCK for i in range(4)]
+    with pytest.raises(SetupError, match="every block"):
+        claim_ids(locks, 1 << 20, 4 * BLOCK, BLOCK)
+    base, fd = held.pop()
+    release_ids(locks, base, fd)
+    assert not (tmp_path / "ids" / str(base)).exists()
+    again = claim_ids(locks, 1 << 20, 4 * BLOCK, BLOCK)
+    assert again[0] == base  # the one block given back
+    for base, fd in [*held, again]:
+        release_ids(locks, base, fd)
+    assert list((tmp_path / "ids").iterdir()) == []
