@@ -5,7 +5,7 @@
 # Exit 0 when every check held, 1 when one failed, 2 when the bed itself could not be built or booted.
 # Then, in the same boot, as root: guest/scenarios/drive-root.sh (doctor, privilege; GUEST_ROOT=0 skips it).
 # Environment: GUEST_SCOPES, GUEST_CHECKS, CONSOLE_BRIDGE_GUEST_ENFORCE (see drive.sh), PYTHON (host
-# python with pip, default python3), GUEST_CMD_TIMEOUT (s for all scenarios, default 1800).
+# python with pip, default python3), GUEST_CMD_TIMEOUT (s for all scenarios, default 2400).
 set -uo pipefail
 { # the whole script is one block: bash reads it before running it, so editing it mid-run is safe
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +32,7 @@ for v in GUEST_SCOPES GUEST_CHECKS CONSOLE_BRIDGE_GUEST_ENFORCE; do
 done
 then_root=(--then-root "${env_args[*]} bash /home/alice/bed/guest/scenarios/drive-root.sh")
 [ "${GUEST_ROOT:-1}" = 1 ] || then_root=()
-GUEST_CMD_TIMEOUT=${GUEST_CMD_TIMEOUT:-1800} "$REPO/guest/run.sh" --repo "${then_root[@]}" \
+GUEST_CMD_TIMEOUT=${GUEST_CMD_TIMEOUT:-2400} "$REPO/guest/run.sh" --repo "${then_root[@]}" \
     "${env_args[*]} bash bed/guest/scenarios/drive.sh" \
     2>&1 | tee "$scenarios"
 rc=${PIPESTATUS[0]}

@@ -357,7 +357,7 @@ raise RuntimeError("fork bomb ran for {ATTACK_SECONDS}s: no limit stopped it")
 """
 MEMORY_HOG = f"""
 import time
-hog, end = [], time.monotonic() + {ATTACK_SECONDS}
+hog, end = [], time.monotonic() + {3 * ATTACK_SECONDS}  # (touching 768 MiB takes ~10 s under TCG alone)
 while len(hog) < 160 and time.monotonic() < end:   # at most 2.5 GiB, touched
     hog.append(b"x" * (16 << 20))
 raise RuntimeError(f"holding {{len(hog) * 16}} MiB: no limit stopped it")
