@@ -11,8 +11,9 @@ owns the server's process tree exactly:
   stays in its own group, so it can remove the session's groups at the end);
 * with a ``view`` setting, the server's process (between fork and exec) enters
   namespaces of its own and builds the session's read view there (``_namespaces.py``:
-  a user namespace where it is not privileged, a mount namespace, the size-capped
-  tmpfs TMPDIR, ``pivot_root``), then takes its ``child_rlimits`` (``RLIMIT_NPROC``
+  a user namespace, for root's sessions one whose ids are a block of unprivileged host ids
+  the supervisor claims and maps (given back at the end); mount, UTS and IPC namespaces; the
+  size-capped tmpfs TMPDIR; ``pivot_root``), then takes its ``child_rlimits`` (``RLIMIT_NPROC``
   counted over that user namespace) and a seccomp filter against set-user-ID files
   (``_setid.py``); the supervisor itself stays in the host's view,
   so it can remove the session's folders at the end;
