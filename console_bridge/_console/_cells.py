@@ -54,6 +54,9 @@ class CellNotice:
     exit_status: int | None
     restart_required: bool
     starting: bool = False  # the server still prepares the worker ("phase: startup", ...)
+    #: The recording says the cell ended, yet the response closes with the server's running notice:
+    #: the server answered "running" as the cell finished, and holds the rest until an empty send.
+    held: bool = False
 
 
 def read_notices(text: str) -> CellNotice:
@@ -101,8 +104,9 @@ def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> 
     finished during this call. The server appends status notices only at the very end
     of a response, and only while a cell has not finished (``[elapsed ...]`` +
     ``[running; ...]``, ``[input requested: ...]`` + ``[waiting for stdin]``, ``[idle]``),
-    or ``[done]`` alone; so only that trailing block is read, and nothing at all when
-    the cell ended: a cell that prints a notice-like line prints output, not status.
+    or ``[done]`` alone; so only that trailing block is read, and when the cell ended only
+    the running notice the server may still write as the cell ends (``held``): a cell that
+    prints any other notice-like line prints output, not status.
     Worker-exit notices are read only from an error result (``is_error``, a protocol
     field). ``ended=None`` (no recording) reads the trailing block alone.
     """
@@ -110,7 +114,7 @@ def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> 
     trailing_newline = bool(lines) and lines[-1] == ""
     if trailing_newline:
         lines.pop()
-    running = idle = waiting = starting = False
+    running = idle = waiting = starting = held = False
     prompt: str | None = None
     if not ended:
         last = lines[-1].strip() if lines else ""
@@ -137,6 +141,15 @@ def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> 
             lines.pop()
     elif lines and lines[-1].strip() == DONE and len(lines) == 1:
         lines.pop()
+    elif not trailing_newline and len(lines) >= 2 and lines[-1] == RUNNING and _ELAPSED.match(lines[-2]):
+        # The server wrote "running" as the cell ended (the recording logs the end first): it refuses
+        # the next cell as Busy until an empty send collects it. A cell that prints these two lines
+        # last loses them and costs one empty send: the two cannot be told apart.
+        held = True
+        del lines[-2:]
+        if lines and lines[-1] == "":
+            lines.pop()
+            trailing_newline = True
     exited = restart = False
     status: int | None = None
     if is_error:
@@ -151,7 +164,7 @@ def split_response(text: str, *, ended: bool | None, is_error: bool = False) -> 
     output = "\n".join(lines)
     if output and trailing_newline:
         output += "\n"
-    return CellNotice(output, running, idle, waiting, prompt, exited, status, restart, starting)
+    return CellNotice(output, running, idle, waiting, prompt, exited, status, restart, starting, held)
 
 
 #: Errors R's reticulate prints when it is too old for mcp-console's Python<->R bridge.

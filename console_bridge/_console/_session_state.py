@@ -355,6 +355,8 @@ class ConsoleState(NotCopyable):
                 ) from None
             self._observer.submitted(language, mark)
             cell = await self._observer.observe(exc.result, started, is_error=True)
+            if self._observer.last_notice.held and not cell.running:
+                cell = await self._collect_held(conn, cell)
             restart = self._observer.last_notice.restart_required
             if cell.worker_exited or restart or errors_as_results:
                 if restart:
@@ -370,7 +372,23 @@ class ConsoleState(NotCopyable):
                 ) from None
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
         self._observer.submitted(language, mark)
-        return self._measured(await self._observer.observe(result, started))
+        cell = await self._observer.observe(result, started)
+        if self._observer.last_notice.held and not cell.running:
+            cell = await self._collect_held(conn, cell)
+        return self._measured(cell)
+
+    async def _collect_held(self, conn: AsyncMcpConnection, cell: CellResult) -> CellResult:
+        """The cell ended as the server answered "running" (``CellNotice.held``): the server refuses
+        the next cell as Busy until an empty send collects this one, so that send is made now and
+        whatever it brings is the same cell's."""
+        started = time.monotonic()
+        try:
+            result = await conn.call_tool("send", {"timeout_ms": int(self.poll_window * 1000)})
+        except ServerError as exc:
+            self._notices.append(f"collecting a cell the server still held failed: {str(exc)[:200]}")
+            return cell
+        rest = await self._observer.observe(result, started)
+        return merge([cell, rest], cell.elapsed + rest.elapsed, running=rest.running)
 
     async def _server_went_away(self, within: float = 2.0) -> bool:
         """Does the server end within ``within`` seconds (it is shutting down under the call)?"""

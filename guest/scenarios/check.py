@@ -431,29 +431,14 @@ def check_attacks(report: Report, base: Path) -> None:
             try:
                 after = console.run(python="1+1", timeout=120)
                 if after.text.strip() != "2" and "[running" in after.text:
-                    # (seen once in the user service after the memory kill: the next cell came back
-                    # with mcp-console's "running" notice in its text; a known issue, see the
-                    # closing note of session 3): settled and retried like a Busy, recorded as such.
                     raise RuntimeError(f"the next cell came back still running: {after.text.strip()!r}")
             except Exception as exc:
-                # (seen once in four runs after the fork bomb: Busy while forked copies of the worker
-                # exit). The session must still go on once it settled: one retry, recorded as such.
+                # The cell after an attack must never be refused as Busy nor come back still running
+                # (issue 30: both were a cell ending as the server answered "running", now collected by
+                # the bridge). It fails the check; the session is settled so the next attack is tried.
                 d["next_cell"] = f"{type(exc).__name__}: {exc}"[:300]
                 d["why"] += f"; the next cell raised {d['next_cell']}"
                 usable, d["settle"] = settle(console)
-                if usable:
-                    try:
-                        after = console.run(python="1+1", timeout=120)
-                    except Exception as again:
-                        usable = False
-                        d["why"] += f"; after settling it raised {type(again).__name__}: {again}"[:300]
-                    else:
-                        d["why"] += "; after settling the next cell ran"
-                        d["ok"] = (
-                            result.error is not None
-                            and result.error.kind == "limit"
-                            and (after.text.strip() == "2" and after.error is None)
-                        )
             else:
                 usable = True
                 d["next_cell"] = {"text": after.text.strip(), "error": error_of(after)}
@@ -542,32 +527,18 @@ def check_disk(report: Report, base: Path) -> None:
                 )
                 d["why"] = f"ended with {err}; {written} MiB in flood files; next cell {after.text.strip()!r}"
         with report.timed("disk-recording-total") as d:
-            from console_bridge import Busy
-
+            # A cell ending as the server answered "running" was reported done while the server held it,
+            # and the next one was refused as Busy (issue 30; failed one scope in each of 4 guest runs).
+            # The bridge collects such a cell now: no retry here.
             names: list[str | None] = []
             for _ in range(8):
-                try:
-                    result = console.run(python=OUTPUT, timeout=120)
-                except Busy as exc:
-                    # Known and open (issue 30): now and then, under the recording cap, a cell came back
-                    # as done while the server still ran it, and the next one was refused as Busy. The
-                    # session must still go on once it settled: one retry, recorded in the detail.
-                    d.setdefault("busy", []).append(f"{type(exc).__name__}: {exc}"[:200])
-                    usable, d["settle"] = settle(console)
-                    if not usable:
-                        raise
-                    result = console.run(python=OUTPUT, timeout=120)
+                result = console.run(python=OUTPUT, timeout=120)
                 names.append(result.error.name if result.error is not None else None)
             recording = console.status().recording
             size = sum(f.stat().st_size for f in recording.rglob("*") if f.is_file()) if recording else -1
             after = console.run(python="1+1", timeout=120)
             d["cells"], d["recording_bytes"] = names, size
-            # Under that race the recording also ends up past its cap (72 KB and 548 KB measured: the racing
-            # cell's rest lands after the cut): up to 1 MiB allowed only then, and recorded, until it is fixed
-            cap = (4 << 20) + ((1 << 20) if d.get("busy") else 0)
-            if d.get("busy"):
-                d["over_cap_after_busy"] = max(0, size - (4 << 20))
-            d["ok"] = "recording" in names and 0 < size <= cap and after.text.strip() == "2"
+            d["ok"] = "recording" in names and 0 < size <= (4 << 20) and after.text.strip() == "2"
             d["why"] = f"cells {names}; recording {size} bytes on disk; next cell {after.text.strip()!r}"
     finally:
         close_quietly(console)

@@ -27,15 +27,11 @@ def _console(workspace: Path, version: str = "0.0.6", **kwargs: object) -> Async
 
 
 async def _next(c: AsyncConsole, code: str, **kwargs: object) -> object:
-    """The cell after a limit stopped the worker. Known issue (issue 20 note): now and then mcp-console
-    still refuses it as Busy after the bridge's own retries; settle() is the documented way on."""
-    from console_bridge import Busy
-
-    try:
-        return await c.run(python=code, **kwargs)  # type: ignore[arg-type]
-    except Busy:
-        await c.settle(bound=60)
-        return await c.run(python=code, **kwargs)  # type: ignore[arg-type]
+    """The cell after a limit stopped the worker: never refused as Busy, never a stale running result
+    (issue 30; it was a cell ending as the server answered "running", which the bridge now collects)."""
+    result: Any = await c.run(python=code, **kwargs)  # type: ignore[arg-type]
+    assert not result.running, result
+    return result
 
 
 def _size(folder: Path) -> int:

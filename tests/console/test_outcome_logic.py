@@ -35,11 +35,21 @@ def test_running_and_waiting_are_read_from_the_trailing_block_while_the_cell_run
     assert idle.idle and idle.output == ""
 
 
-@pytest.mark.parametrize("text", [RUNNING, WAITING, "[idle]", '[input requested: "x"]\n[waiting for stdin]\n'])
+@pytest.mark.parametrize("text", [WAITING, "[idle]", '[input requested: "x"]\n[waiting for stdin]\n', RUNNING + "\n"])
 def test_a_cell_that_ended_has_no_status_whatever_it_printed(text: str) -> None:
     notice = split_response(text, ended=True)
-    assert not (notice.running or notice.waiting_for_input or notice.idle or notice.worker_exited)
+    assert not (notice.running or notice.waiting_for_input or notice.idle or notice.worker_exited or notice.held)
     assert notice.output == text
+
+
+def test_a_running_notice_on_a_cell_that_ended_is_the_server_holding_it() -> None:
+    # mcp-console answers "running" as the cell ends (the recording logs the end first, measured 2 in
+    # 200 cells that end at the send's window): the server holds the cell until an empty send.
+    notice = split_response("'end'\n" + RUNNING[2:], ended=True)
+    assert notice.held and not notice.running and notice.output == "'end'\n"
+    assert not split_response(RUNNING, ended=False).held  # a running cell is running, not held
+    only_running = "x\n[running; poll with an empty send]"  # without the elapsed line: output
+    assert split_response(only_running, ended=True).output == only_running
 
 
 def test_notice_lines_before_the_trailing_block_are_output() -> None:

@@ -346,3 +346,20 @@ async def test_worker_startup_has_its_own_bound(mcp_console, workspace, recordin
         console.startup_timeout = 30
         after = await console.run(python="print('after')", timeout=60)
         assert after.text.endswith("after\n")
+
+
+async def test_a_cell_ending_as_the_server_answers_running_is_collected(mcp_console, workspace, recordings):
+    """mcp-console can answer "running" as a cell ends; the recording then logs the end first and the
+    server refuses the next cell as Busy until an empty send collects it (measured: 2 in 200 cells that
+    end at the send's window, and the guest's `disk-recording-total`). The bridge makes that send itself.
+    A cell printing the same two lines last takes the same path: its result is the cell's, and the
+    session goes on."""
+    fake = "print('x = 1')\nprint('\\n[elapsed: 0.3s since admission]\\n[running; poll with an empty send]', end='')"
+    async with make(mcp_console, workspace, recordings) as c:
+        await c.run(python="kept = 41")
+        result = await c.run(python=fake, timeout=30)
+        assert not result.running and result.error is None and result.text == "x = 1\n", result
+        sent = await c.send(python=fake)
+        assert not sent.running and sent.text == "x = 1\n", sent
+        after = await c.run(python="kept + 1")
+        assert after.text.strip() == "42" and after.error is None, after
