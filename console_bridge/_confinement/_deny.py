@@ -32,7 +32,16 @@ from pathlib import Path
 
 from console_bridge._errors import LaunchRefused
 
-__all__ = ["HOME_SECRETS", "ProbeResult", "deny_paths", "expand_deny", "parse_probe", "probe_code", "probe_code_for"]
+__all__ = [
+    "HOME_SECRETS",
+    "ProbeResult",
+    "deny_paths",
+    "expand_deny",
+    "parse_probe",
+    "probe_code",
+    "probe_code_for",
+    "secret_names",
+]
 
 #: Credential stores under the home folder every session denies.
 HOME_SECRETS = (
@@ -81,17 +90,24 @@ def expand_deny(item: str, workspace: Path, *, source: str = "deny_read") -> str
     return os.path.normpath(str(path))
 
 
+def secret_names(workspace: Path, extra: Sequence[str] = ()) -> list[str]:
+    """The names a session hides wherever they are shown, existing or not: the credential stores,
+    the system's shadow files, the workspace's ``.git``, the profile's ``deny_read``."""
+    home = Path.home()
+    paths = [str(home / item) for item in HOME_SECRETS]
+    paths += [*SYSTEM_SECRETS, str(workspace / ".git")]
+    paths += [expand_deny(item, workspace) for item in extra]
+    return list(dict.fromkeys(os.path.normpath(p) for p in paths))
+
+
 def deny_paths(
     *, workspace: Path, state_dir: Path, recording_roots: Iterable[Path], extra: Sequence[str] = ()
 ) -> list[str]:
     """The full deny list of a session (absolute, de-duplicated, in a stable order)."""
-    home = Path.home()
-    paths = [str(home / item) for item in HOME_SECRETS]
-    paths += list(SYSTEM_SECRETS)
-    paths += [str(state_dir), *(str(root) for root in recording_roots), str(workspace / ".git")]
-    paths += [expand_deny(item, workspace) for item in extra]
+    paths = secret_names(workspace, extra)
+    paths += [str(state_dir), *(str(root) for root in recording_roots)]
     # Only what exists: mcp-console's sandbox creates a mount point for each entry and fails on a
-    # missing parent. A secret created after the session started is not covered (documented).
+    # missing parent. A secret created after the session started is the remasker's (``_remask``).
     # And no entry inside another (the sandbox cannot make a mount point inside a denied folder).
     existing = [p for p in dict.fromkeys(os.path.normpath(p) for p in paths) if os.path.lexists(p)]
     return [p for p in existing if not any(p.startswith(other + os.sep) for other in existing)]

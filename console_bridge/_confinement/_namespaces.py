@@ -67,6 +67,7 @@ MS_MOVE = 8192
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_SLAVE = 1 << 19
+MS_SHARED = 1 << 20
 MNT_DETACH = 2
 _AT_FDCWD = -100
 _AT_EMPTY_PATH = 0x1000
@@ -485,3 +486,6 @@ def _pivot(root: str) -> None:
     _check(_libc().umount2(b"/.cb-old-root", MNT_DETACH), "detaching the host's root")
     os.rmdir("/.cb-old-root")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "sealing the view's root")
+    # Shared with the namespaces the sandbox makes below (they become its slaves, never the other way):
+    # a mask the remasker adds later (``_remask``) reaches the cells at once.
+    _mount(None, "/", None, MS_REC | MS_SHARED, None, "sharing the view's mounts with the sandbox")

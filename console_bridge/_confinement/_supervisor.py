@@ -117,6 +117,7 @@ class Supervisor:
         self.cgroups = [str(path) for path in config.get("cgroups", [])]
         self.nested = [str(path) for path in config.get("nested_cgroups", [])]
         self.server_pid = 0
+        self.supervisor_pid = os.getpid()
         self.server_status: int | None = None
         self.stdin_w: int | None = None  # relayed stdin: the write end of the server's pipe
         # Direct stdin: the server reads the host's socket (fd 0) itself; True until it is shut.
@@ -245,14 +246,17 @@ class Supervisor:
         """In the server's process, before exec: its namespaces and its view of the host."""
         _namespaces = _sibling("_namespaces")
         _setid = _sibling("_setid")  # (imported before the view: its file has no name inside)
+        _remask = _sibling("_remask")
         try:
             if self.userns_fd is not None:
                 _namespaces.enter("mapped")
                 _namespaces.apply_plan(view, self.userns_fd, self.session_ids)
+                _remask.start(view.get("watch"), self.supervisor_pid)  # (as the host's root, in the view)
                 _namespaces.become_session_root(self.userns_fd)
             else:
                 _namespaces.enter("user")
                 _namespaces.apply_plan(view)
+                _remask.start(view.get("watch"), self.supervisor_pid)
             _namespaces.own_keyring()
             _namespaces.die_with_parent()
         except (_namespaces.SetupError, OSError) as exc:

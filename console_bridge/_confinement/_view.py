@@ -12,7 +12,9 @@ Nothing else of the host has a name inside: not the home folder outside those pa
 The view is built by path when the session starts, so a rename, a recreated folder or a
 file created later under a hidden place stays hidden. Inside ``/etc`` every entry that
 is not readable by everyone (``/etc/shadow``, a root-only ``app-secret.conf``) is masked
-at start, so root's cells do not see them either.
+at start, so root's cells do not see them either; names hidden inside a shown tree (those,
+the workspace's ``.git``, ``deny_read``) stay hidden when the host renames, recreates or
+creates them later, by a watch-and-remask (``_remask``).
 
 :func:`build_view` turns the session's paths into a :class:`View`; its ``plan()`` is what
 the supervisor applies (``_namespaces.apply_plan``) and its ``contains()`` is what the
@@ -79,6 +81,10 @@ class View:
     hidden_commands: tuple[str, ...] = ()
     #: A host folder already holding those symlinks (``_path_shim.cached_shim``), bound read-only.
     shim_source: str = ""
+    #: Names kept hidden while the host changes the trees around them (``_remask``), and the
+    #: tree hidden by mode (``/etc``: what not everyone may read), at any depth, later files too.
+    hidden: tuple[str, ...] = ()
+    hidden_tree: str = ""
 
     @property
     def search_path(self) -> str | None:
@@ -128,7 +134,8 @@ class View:
             )
         for mask in self.masks:
             steps.append({"op": "mask", "path": mask})
-        return {"root": self.root, "steps": steps}
+        watch = {"names": list(self.hidden), "etc": self.hidden_tree or None}
+        return {"root": self.root, "steps": steps, "watch": watch}
 
     def describe(self) -> list[dict[str, Any]]:
         """What ``status().view`` lists: every host path in the view and why."""
@@ -193,6 +200,7 @@ def build_view(
     etc_masks: Sequence[str] | None = None,
     search_path: str | None = None,
     hide_commands: Sequence[str] = (),
+    hidden: Iterable[str] = (),
 ) -> View:
     """The view of one session (reads the host only to tell folders, files and symlinks apart).
 
@@ -202,6 +210,8 @@ def build_view(
     ``hide_commands`` (e.g. R when a session does not ask for it) are left out of the server's
     PATH: the folders of ``search_path`` that are in the view become one folder of symlinks
     without them (mcp-console discovers R through PATH at every start, seconds of work).
+    ``hidden`` are names to keep hidden whatever the host does to them later, existing or not
+    (the workspace's ``.git``, the credential stores); ``masks`` are kept hidden too.
     """
     entries: dict[str, ViewEntry] = {}
     symlinks: list[tuple[str, str]] = []
@@ -252,6 +262,12 @@ def build_view(
     own = [_norm(p) for p in (tmpdir, recording_base) if p is not None]
     own += [_norm(p) for p, _ in server_dirs_list] + [_norm(p) for p, _ in files_list]
     all_masks = [m for m in all_masks if not any(_inside(place, m) for place in own)]
+    kept_names = dict.fromkeys(_norm(m) for m in [*masks, *hidden])
+    hidden_names = tuple(
+        name
+        for name in kept_names
+        if not any(_inside(place, name) for place in own) and any(_inside(name, e.path) for e in kept)
+    )
     tmp = _norm(tmpdir) if tmpdir is not None else ""
     home_text = _norm(home) if home is not None else ""
     extra = (home_text,) if home_text and not any(_inside(home_text, e.path) for e in kept) else ()
@@ -274,6 +290,8 @@ def build_view(
         extra_dirs=extra,
         path_dirs=path_dirs if hide_commands else (),
         hidden_commands=tuple(hide_commands),
+        hidden=hidden_names,
+        hidden_tree="/etc" if any(e.path == "/etc" for e in kept) and etc_masks is None else "",
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import platformdirs
 import psutil
 
-from console_bridge._confinement._deny import deny_paths, expand_deny
+from console_bridge._confinement._deny import deny_paths, expand_deny, secret_names
 from console_bridge._confinement._devcap import cap_dev
 from console_bridge._confinement._disk import FolderUsage, RecordingCap, WriteWatch, kill_cells
 from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
@@ -120,6 +120,7 @@ class SessionConfinement:
             tmpdir_size=self.confinement.tmpfs_size,
             home=Path.home(),
             masks=[expand_deny(item, self.workspace) for item in self.deny_read],
+            hidden=secret_names(self.workspace, self.deny_read),
             # R not asked for: mcp-console would discover it through PATH at every start (seconds)
             search_path=search_path,
             hide_commands=() if "r" in languages else ("R", "Rscript"),
@@ -253,6 +254,18 @@ class SessionConfinement:
                 "a size-capped tmpfs in the session's view; /dev/shm in the sandbox: the same cap, as the size of "
                 "the sandbox's /dev tmpfs (remounted when the worker started)"
             )
+        view = self.view
+        if view is not None and (view.hidden or view.hidden_tree):
+            tree = view.hidden_tree and f", and every entry of {view.hidden_tree} not everyone may read, at any depth"
+            reports["hidden_names"] = {
+                "value": len(view.hidden),
+                "enforced_by": "watched",
+                "note": (
+                    f"{len(view.hidden)} names hidden inside the view (the workspace's .git, deny_read, credential "
+                    f"stores){tree}: masked at start and again, within milliseconds, when the host renames, "
+                    "recreates or creates them (a watch-and-remask: a read in that moment can still get through)"
+                ),
+            }
         return reports
 
     def mark(self) -> None:

@@ -1,0 +1,321 @@
+"""Names a view hides inside a tree it shows, kept hidden while the host changes the tree.
+
+Stdlib only: the server's process starts it between building the view and ``exec``
+(``_supervisor.enter_view``), in the session's mount namespace.
+
+A mask is a mount over a name (``_namespaces.apply_plan``). The kernel keeps a mount on the
+dentry it was made on: when the host renames the masked file away, recreates it, removes and
+recreates its folder, or creates a hidden name after the session started (an editor saving by
+rename, ``useradd`` rewriting ``/etc/shadow``, a CI step writing ``.git/config``), the new name
+is a new dentry with no mount on it. So a small process of the session, the **remasker**, watches
+(inotify) every folder on the way to each hidden name, and every folder of ``/etc`` for entries
+not everyone may read, and masks what appears there: an empty read-only tmpfs over a folder,
+``/dev/null`` bound read-only and ``nodev`` (so it cannot even be opened) over anything else.
+The view's mounts are shared with the sandbox below (``MS_SHARED``): a mask made here reaches
+the cells' mount namespace at once.
+
+This is a **watch-and-remask**, a weaker mechanism than a mount made before anything runs: a
+cell that reads a hidden name in the moment between the host's rename and the kernel waking the
+remasker can still read it (``tests/confinement/test_hidden_names.py`` races renames against
+reads and measures that window). Sessions name it in ``status().limits["hidden_names"]`` as
+``"watched"``. Root's sessions hold the ``/etc`` rule by their ids as well: a file not everyone
+may read is refused to a uid no host account has.
+
+The remasker is the supervisor's child (it is re-parented there, a subreaper), holds no
+descriptor of the session but its own, writes nothing to the server's streams, dies with the
+supervisor (``PR_SET_PDEATHSIG``) and is killed with the rest of the session's tree.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import struct
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_IN_MODIFY = 0x2
+_IN_ATTRIB = 0x4
+_IN_CLOSE_WRITE = 0x8
+_IN_MOVED_FROM = 0x40
+_IN_MOVED_TO = 0x80
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+_IN_DELETE_SELF = 0x400
+_IN_MOVE_SELF = 0x800
+_IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000
+_IN_ONLYDIR = 0x01000000
+_IN_DONT_FOLLOW = 0x02000000
+_WATCHED = (
+    _IN_MODIFY | _IN_ATTRIB | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
+)
+_EVENT = struct.Struct("iIII")
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = 9
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces, tabs, newlines and backslashes are written as octal escapes."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 3 < len(field) + 1 and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mount_points(mountinfo: str = "/proc/self/mountinfo") -> set[str]:
+    """Every mount point of this process's mount namespace."""
+    with open(mountinfo, encoding="utf-8", errors="surrogateescape") as handle:
+        return {_unescape(line.split(" ", 5)[4]) for line in handle if line.count(" ") >= 5}
+
+
+def _empty(path: str, info: os.stat_result) -> bool:
+    """An empty folder or an empty regular file."""
+    if stat.S_ISREG(info.st_mode):
+        return info.st_size == 0
+    if stat.S_ISDIR(info.st_mode):
+        try:
+            with os.scandir(path) as entries:
+                return next(entries, None) is None
+        except OSError:
+            return False
+    return False
+
+
+def secret(info: os.stat_result) -> bool:
+    """What ``/etc`` hides: a file not everyone may read, a folder not everyone may enter and list."""
+    if stat.S_ISDIR(info.st_mode):
+        return info.st_mode & 0o005 != 0o005
+    return stat.S_ISREG(info.st_mode) and not info.st_mode & 0o004
+
+
+class Remasker:
+    """The watch: ``names`` (absolute paths in the view) and, with ``etc``, that tree by mode."""
+
+    def __init__(self, names: list[str], etc: str | None, *, mount: bool = True) -> None:
+        self.names = [os.path.normpath(name) for name in names]
+        self.etc = os.path.normpath(etc) if etc else None
+        self.mount = mount  # (False: tests of the watch alone record what would be masked)
+        self.libc = _libc()
+        self.fd = self.libc.inotify_init1(os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.folders: dict[int, str] = {}
+        self.masked: list[str] = []
+        self.failed: list[str] = []
+        self._points: set[str] | None = None
+
+    # ---------------------------------------------------------------- watch
+    def _watch(self, folder: str) -> bool:
+        """Watch ``folder`` (the kernel gives the same descriptor for a folder already watched: a
+        folder renamed and found again is one watch, under its new name)."""
+        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(folder), _WATCHED | _IN_ONLYDIR | _IN_DONT_FOLLOW)
+        if wd < 0:
+            return False
+        self.folders[wd] = folder
+        return True
+
+    def _is_masked(self, path: str) -> bool:
+        """Whether something is mounted on ``path`` (a mask, or the top of a bound tree)."""
+        if self._points is None:
+            self._points = mount_points()
+        return path in self._points
+
+    def _mask(self, path: str, *, by_mode: bool = False) -> None:
+        """Mount over ``path`` unless something is mounted there already (``by_mode``: an ``/etc``
+        entry, masked even while empty)."""
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        if self._is_masked(path):
+            return
+        if not by_mode and _empty(path, info):
+            # Nothing to hide yet, and mcp-console's sandbox makes such a name itself for a moment (an
+            # empty folder or file to mount over, removed again): watched, masked once it has content.
+            if stat.S_ISDIR(info.st_mode):
+                self._watch(path)
+            return
+        if not self.mount:
+            self.masked.append(path)
+            return
+        libc = self.libc
+        if stat.S_ISDIR(info.st_mode):
+            flags = _MS_NOSUID | _MS_NODEV | _MS_RDONLY
+            result = libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, b"mode=0000,size=4k")
+        else:
+            result = libc.mount(b"/dev/null", os.fsencode(path), None, _MS_BIND, None)
+            if result == 0:
+                flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+                result = libc.mount(None, os.fsencode(path), None, flags, None)
+        if result == 0:
+            self.masked.append(path)
+            if self._points is not None:
+                self._points.add(path)
+        else:
+            self.failed.append(f"{path}: {os.strerror(ctypes.get_errno())}")
+
+    def _follow(self, name: str) -> None:
+        """Watch every existing folder from the nearest existing ancestor down to ``name``'s parent,
+        and mask ``name`` if it exists."""
+        parts = name.split("/")[1:]
+        folder = "/"
+        for part in parts[:-1]:
+            below = os.path.join(folder, part)
+            try:
+                if not stat.S_ISDIR(os.lstat(below).st_mode):
+                    break
+            except OSError:
+                break
+            folder = below
+        self._watch(folder)
+        if os.path.dirname(name) == folder:
+            self._mask(name)
+        # The folders above, up to the top of the bound tree (a mount point): a rename of any of
+        # them changes the path. Above that is the view's own skeleton, which the host cannot touch.
+        up = folder
+        while up != "/" and not self._is_masked(up):
+            up = os.path.dirname(up)
+            self._watch(up)
+
+    def _etc_walk(self, folder: str) -> None:
+        """Watch ``folder`` and every folder below that everyone may enter; mask what they may not."""
+        if not self._watch(folder):
+            return
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        for entry in entries:
+            self._etc_entry(entry.path)
+
+    def _etc_entry(self, path: str) -> None:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        if secret(info):
+            self._mask(path, by_mode=True)
+        elif stat.S_ISDIR(info.st_mode):
+            self._etc_walk(path)
+
+    def scan(self) -> None:
+        """Everything again (at start, and after the kernel's event queue overflowed)."""
+        self._points = None
+        for name in self.names:
+            self._follow(name)
+        if self.etc is not None and os.path.isdir(self.etc):
+            self._etc_walk(self.etc)
+
+    # ----------------------------------------------------------------- events
+    def handle(self, data: bytes) -> None:
+        """Act on a batch of inotify events."""
+        self._points = None
+        changed: set[str] = set()
+        offset = 0
+        rescan = False
+        while offset + _EVENT.size <= len(data):
+            wd, mask, _, length = _EVENT.unpack_from(data, offset)
+            raw = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+            offset += _EVENT.size + length
+            if mask & _IN_Q_OVERFLOW:
+                rescan = True
+                continue
+            folder = self.folders.get(wd)
+            if folder is None:
+                continue
+            if mask & _IN_IGNORED:
+                self.folders.pop(wd, None)
+                continue
+            if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF):
+                rescan = True  # a folder on the way was renamed or removed: its names are other paths now
+                continue
+            if raw:
+                changed.add(os.path.join(folder, os.fsdecode(raw)))
+        if rescan:
+            self.scan()
+            return
+        for path in changed:
+            for name in self.names:
+                # a name on the way to a hidden one, the hidden one, or inside it (an empty folder filled)
+                if name == path or name.startswith(path + "/") or path.startswith(name + "/"):
+                    self._follow(name)
+            if self.etc is not None and (path == self.etc or path.startswith(self.etc + "/")):
+                self._etc_entry(path)
+
+    def step(self) -> None:
+        """Wait for the next batch of events and act on it."""
+        self.handle(os.read(self.fd, 1 << 16))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def start(config: dict[str, Any] | None, supervisor: int) -> int | None:
+    """Fork the remasker (it outlives this process, the server's before ``exec``, as the
+    supervisor's child); the pid of the intermediate child reaped here, or None without names."""
+    if not isinstance(config, dict):
+        return None
+    names = [str(name) for name in config.get("names", [])]
+    etc = config.get("etc")
+    if not names and not etc:
+        return None
+    middle = os.fork()
+    if middle:
+        os.waitpid(middle, 0)
+        return middle
+    try:
+        if os.fork():
+            os._exit(0)
+        _run(names, str(etc) if etc else None, supervisor)
+    finally:
+        os._exit(0)
+
+
+def _run(names: list[str], etc: str | None, supervisor: int) -> None:
+    for _ in range(5000):  # until the intermediate child is gone and this one is the supervisor's
+        if os.getppid() == supervisor:
+            break
+        time.sleep(0.001)
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    if os.getppid() != supervisor:  # not re-parented to the supervisor: it is gone already
+        return
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.closerange(3, 1 << 16)  # none of the session's descriptors (the host's socket, the stdin pipe)
+    try:
+        remasker = Remasker(names, etc)
+        remasker.scan()
+    except OSError as exc:
+        os.write(2, f"console-bridge remasker: cannot watch the hidden names: {exc}\n".encode())
+        return
+    while True:
+        try:
+            remasker.step()
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            os.write(2, f"console-bridge remasker: stopped: {exc}\n".encode())
+            return
