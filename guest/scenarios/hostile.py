@@ -4,7 +4,9 @@ One workspace-profile session with small caps. A cell tampers with the outcome l
 every later one must fail as ``tampered`` until ``restart()``), blinds the ``/dev`` watcher with
 ``rmdir /dev/shm; ln -s pts /dev/shm`` before filling ``/dev`` (stopped at the TMPDIR cap), and
 floods the workspace with empty files (stopped at ``Limits(files=...)``); after each the session
-must still run a cell.
+must still run a cell. A second session (``hostile-hidden-names``) hides ``deny_read`` names and
+the workspace's ``.git``, and the host renames, recreates and creates them later: no cell reads a
+token (the remasker, ``_confinement/_remask.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,83 @@ BLIND_AND_FILL = (
     "        print(i + 1, flush=True)\nprint('never')"
 )
 FLOOD = "import os\nos.makedirs('many', exist_ok=True)\nfor i in range(100000):\n    open(f'many/f{i}', 'w').close()\n"
+
+
+PROFILE = """\
+name: hiding
+server: {sandbox.profile: workspace, sandbox.network: restricted, sandbox.tempdir: managed}
+expects: {sandboxed: true, network: restricted, writable: [tmpdir, workspace]}
+deny_read: ["{workspace}/secret.env", "{workspace}/cfg/a/b/c/d/deep.key"]
+"""
+READ = (
+    "def _r(p):\n    try:\n        return open(p).read()\n    except Exception as e:\n        return type(e).__name__\n"
+)
+
+
+def check_hidden_names(report: Any, base: Path) -> None:
+    """The host changes hidden names under a running session; Python and SQL cells read no token."""
+    import os
+    import shutil
+    import time
+
+    import check as bed
+
+    from console_bridge import Console
+
+    folder = bed.fresh_dir(base, "hidden")
+    workspace = folder / "w"
+    workspace.mkdir()
+    (workspace / "secret.env").write_text("TOKEN-START\n")
+    (folder / "hiding.yaml").write_text(PROFILE)
+    console = bed.start_session(
+        report,
+        "hidden-start",
+        lambda: Console(workspace, profile=str(folder / "hiding.yaml"), startup_timeout=bed.STARTUP_TIMEOUT),
+    )
+    if console is None:
+        report.record("hostile-hidden-names", False, 0.0, why="no session (see hidden-start)")
+        return
+
+    def reads(path: str) -> str:
+        py = console.run(python=f"print(_r({path!r}))", timeout=120).combined
+        sql = console.run(sql=f"select content from read_text('{path}')", timeout=120)
+        return py + sql.combined + (sql.error.message if sql.error is not None else "")
+
+    try:
+        with report.timed("hostile-hidden-names") as d:
+            console.run(python=READ, timeout=120)
+            seen: dict[str, str] = {"at start": reads("secret.env")}
+            os.rename(workspace / "secret.env", workspace / "secret.env.bak")
+            (workspace / "secret.env").write_text("TOKEN-RECREATED\n")
+            time.sleep(1)
+            seen["renamed away, recreated"] = reads("secret.env")
+            (workspace / "n.tmp").write_text("TOKEN-OVER\n")
+            os.rename(workspace / "n.tmp", workspace / "secret.env")
+            time.sleep(1)
+            seen["renamed over"] = reads("secret.env")
+            deep = workspace / "cfg/a/b/c/d/deep.key"
+            deep.parent.mkdir(parents=True)
+            deep.write_text("TOKEN-DEEP\n")
+            time.sleep(1)
+            seen["created later, depth 6"] = reads("cfg/a/b/c/d/deep.key")
+            (workspace / ".git").mkdir(exist_ok=True)  # (mcp-console's sandbox may have made an empty one)
+            (workspace / ".git" / "config").write_text("[http]\n\textraheader = TOKEN-GIT\n")
+            time.sleep(1)
+            seen[".git created later"] = reads(".git/config")
+            shutil.rmtree(workspace / ".git")
+            (workspace / ".git").mkdir()
+            (workspace / ".git" / "config").write_text("[http]\n\textraheader = TOKEN-GIT-AGAIN\n")
+            time.sleep(1)
+            seen[".git made again"] = reads(".git/config")
+            leaked = [step for step, text in seen.items() if "TOKEN" in text]
+            hidden = console.status().limits.get("hidden_names", {})
+            after = console.run(python="print(1 + 1)", timeout=120).text.strip()
+            d["leaked"], d["mechanism"] = leaked, hidden.get("enforced_by")
+            held = hidden.get("enforced_by")
+            d["why"] = f"a token read after: {leaked or 'none'}; held by {held}; next cell {after!r}"
+            d["ok"] = not leaked and hidden.get("enforced_by") == "watched" and after == "2"
+    finally:
+        bed.close_quietly(console)
 
 
 def _kind(result: Any) -> str | None:
@@ -74,3 +153,4 @@ def check_hostile(report: Any, base: Path) -> None:
             d["ok"] = _kind(result) == "limit/files" and FILES < made <= FILES + 50_000 and after_text == "2"
     finally:
         bed.close_quietly(console)
+    check_hidden_names(report, base)
