@@ -21,12 +21,13 @@ import psutil
 
 from console_bridge._confinement._deny import deny_paths, expand_deny, secret_names
 from console_bridge._confinement._devcap import cap_dev
-from console_bridge._confinement._disk import FolderUsage, RecordingCap, WriteWatch, kill_cells
+from console_bridge._confinement._disk import FolderUsage, WriteWatch, kill_cells
 from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
 from console_bridge._confinement._limits import Limits
 from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
 from console_bridge._confinement._proctree import descendants
+from console_bridge._confinement._recording_cap import RecordingCap
 from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir, r_hooks_dir, register, state_dir
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._environments import session_environments

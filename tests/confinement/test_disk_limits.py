@@ -2,7 +2,7 @@
 
 Each attack test asserts that the attack stopped at the limit with ``error.kind == "limit"``
 naming it, that what was written before is intact, and that the session still works.
-The pure tests pin the bookkeeping (``_confinement._disk``) on planted trees.
+The pure tests pin the bookkeeping (``_confinement._disk``, ``_recording_cap``) on planted trees.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from console_bridge import AsyncConsole, LaunchRefused, Limits
-from console_bridge._confinement._disk import FolderUsage, RecordingCap
+from console_bridge._confinement._disk import FolderUsage
+from console_bridge._confinement._recording_cap import RecordingCap
 from tests.console.conftest import binary_for
 
 MiB = 1 << 20
@@ -311,17 +312,17 @@ def _walked(rec: Path) -> int:
 def test_the_recording_tree_keeps_its_total_without_listing_every_cell(
     watch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from console_bridge._confinement import _disk, _inotify
+    from console_bridge._confinement import _inotify, _recording_cap
 
     if watch == "listing":  # no inotify (or its watches ran out): changed folders are listed
         monkeypatch.setattr(_inotify.FolderWatch, "add", lambda self, folder: False)
     rec = _recording(tmp_path)
     cells = rec / "capture" / "sessions" / "001"
-    tree = _disk._Tree(str(rec))
+    tree = _recording_cap._Tree(str(rec))
     tree.refresh()
     listed: list[str] = []
     real_listdir = os.listdir
-    monkeypatch.setattr(_disk.os, "listdir", lambda folder: listed.append(folder) or real_listdir(folder))
+    monkeypatch.setattr(_recording_cap.os, "listdir", lambda folder: listed.append(folder) or real_listdir(folder))
     for n in range(1, 41):
         (cells / f"cell-{n:03d}.txt").write_bytes(b"c" * (n * 1000))
         if n == 10:
