@@ -284,6 +284,7 @@ def test_limit_options_take_none_and_strict_starts_once_no_rlimit_is_asked_for(c
         "recording": None,
         "writes": None,
         "files": "read-only-view",  # (a read-only profile: cells create nothing on the host)
+        "hidden_names": "watched",  # (named as the weaker mechanism it is; strict shows it, as a guarantee held)
     }
     assert limits["recording"]["value"] is None and limits["tmpdir"]["value"] == 2 << 30
     bad = cb("run", "--memory", "lots", "a.py")
