@@ -312,7 +312,10 @@ def _check_view(binary: Binary | None, prefix: Path | None) -> Check:
         "read view",
         "ok",
         f"{', '.join(paths)} (+ the workspace, read roots and TMPDIR); {len(view.masks)} unreadable /etc "
-        "entries masked; nothing else of the host exists for cells",
+        "entries masked; nothing else of the host exists for cells. Names hidden inside a tree shown (/etc "
+        "entries not everyone may read, the workspace's .git, deny_read) are 'watched': masked again within "
+        "milliseconds when the host renames, recreates or creates them, a weaker mechanism than a mount made "
+        "before start (a read in that moment can get through)",
         required=False,
         data={"paths": paths, "masks": list(view.masks)},
     )

@@ -258,3 +258,53 @@ def _drain(watch: Remasker) -> None:
             watch.step()
         except BlockingIOError:
             time.sleep(0.01)
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="only root can create files in the host's /etc (a normal user's /etc test is the watch alone, above)",
+)
+async def test_an_etc_secret_renamed_over_or_created_later_is_masked_at_any_depth(
+    workspace: Path, recordings: Path
+) -> None:
+    """The /etc rule under change, in a live session: ``useradd`` rewrites /etc/shadow by rename, a
+    package writes a new 0600 key. Root's cells are also refused such files by their ids (no host
+    account), so what is asserted first is the mask itself: a mount over the name in the server's
+    mount namespace, made after the host's change; then that no cell reads a token."""
+    top = Path(f"/etc/console-bridge-test-{os.getpid()}")
+    deep = top / "a" / "b" / "c" / "d"
+    shadow = top / "shadow"  # depth 2
+    try:
+        top.mkdir(mode=0o755)
+        shadow.write_text("TOKEN-SHADOW-0\n")
+        shadow.chmod(0o640)
+        async with AsyncConsole(workspace, command=binary_for("0.0.6"), recordings_dir=recordings) as c:
+            assert c.status().limits["hidden_names"]["enforced_by"] == "watched"
+            await c.run(python=READ_PY)
+            assert _masked_on_host_side(c, shadow)
+            # useradd's save: a new file renamed over the name
+            fresh = top / "nshadow"
+            fresh.write_text("TOKEN-SHADOW-1\n")
+            fresh.chmod(0o640)
+            os.rename(fresh, shadow)
+            # created after start at depth 6, its folders too; a readable file made private
+            deep.mkdir(parents=True)
+            (deep / "app.key").write_text("TOKEN-DEEP\n")
+            (deep / "app.key").chmod(0o600)
+            (top / "public.conf").write_text("TOKEN-PUBLIC-THEN-PRIVATE\n")
+            (top / "public.conf").chmod(0o644)
+            time.sleep(0.3)
+            (top / "public.conf").chmod(0o600)
+            _settle()
+            for name in (shadow, deep / "app.key", top / "public.conf"):
+                assert _masked_on_host_side(c, name), name
+                assert "TOKEN" not in await _reads(c, str(name)), name
+            assert not _masked_on_host_side(c, top / "a"), "a folder everyone may enter stays shown"
+            assert (await c.run(python="print(open('/etc/hostname').read() != '', 1 + 1)")).text.split() == [
+                "True",
+                "2",
+            ]
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
