@@ -61,7 +61,9 @@ class ExitCode(IntEnum):
     USAGE = 2  # click's own status for usage errors
     LAUNCH = 3  # launch refused or verification failed
     TIMEOUT = 4  # a cell or a request passed its deadline
+    HANGUP = 129  # SIGHUP (the terminal closed): stopped, the evidence kept
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), the shell convention
+    TERMINATED = 143  # SIGTERM (a CI job's timeout, docker stop): stopped, the evidence kept
 
 
 def exit_code_for(exc: BaseException) -> ExitCode:

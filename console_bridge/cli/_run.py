@@ -12,7 +12,9 @@ import contextlib
 import datetime as dt
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from console_bridge._errors import BridgeError
 from console_bridge.cli import _artifacts as artifacts
 from console_bridge.cli._common import ExitCode, FiniteFloat, error_text, fail
 from console_bridge.cli._limit_options import limit_options, limits_from_options
-from console_bridge.cli._run_session import run_session
+from console_bridge.cli._run_session import Stop, run_session
 from console_bridge.cli._run_sources import FileRun, load_sources
 from console_bridge.cli._run_state import Options, RunState
 from console_bridge.cli._run_terminal import Terminal
@@ -97,6 +99,20 @@ def check_usage(opts: Options) -> None:
             fail(f"--collect: {error_text(exc)}", ExitCode.USAGE)
 
 
+@contextlib.contextmanager
+def _taking_stop_signals(stop: Stop) -> Iterator[None]:
+    """SIGTERM and SIGHUP recorded in ``stop`` (the session's loop takes them itself while it runs, and
+    SIGINT too), the previous handlers restored after."""
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    for signum in previous:
+        signal.signal(signum, lambda number, _frame: stop.received(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
     check_usage(opts)
     sources = load_sources(files, language)
@@ -111,9 +127,15 @@ def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
         stage = artifacts.RecordingStage.plan(opts.workspace, opts.profile, opts.writable_roots, opts.recordings_dir)
         if stage is not None:  # the code could write the requested folder: record privately, copy after
             opts.recordings_dir = str(stage.staging)
+    stop = Stop()
     try:
-        if refused is None:
-            anyio.run(run_session, opts, state, term)
+        # Outside the session's loop too (before it listens, after it ends, while the artifacts are written),
+        # a stop signal is taken, never lets the process die without its report.
+        with _taking_stop_signals(stop):
+            if refused is None:
+                anyio.run(run_session, opts, state, term, stop)
+            if stop.signal is not None and state.stop_signal is None:
+                state.stopped_by(stop.signal)
     except KeyboardInterrupt:
         term.clear()
         for run in state.files:
@@ -213,6 +235,11 @@ Exit status:
   2  usage error (unknown option, missing file, ...)
   3  launch refused or verification failed (nothing of the code ran)
   4  timeout (--timeout passed; the cell was interrupted)
+  129, 130, 143  stopped by SIGHUP, SIGINT (Ctrl-C), SIGTERM (a CI job's
+     timeout): the running cell is interrupted and gets a few seconds to
+     end (its finally blocks run), --collect files are collected, the
+     recording is finalized, output.txt and report.json ("ended_by") are
+     written; a second signal cuts the grace short, never the report
 
 \b
 Examples:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import time
 import traceback
 from typing import Any
@@ -21,9 +22,46 @@ from console_bridge.cli._run_sources import FileRun
 from console_bridge.cli._run_state import Options, RunState
 from console_bridge.cli._run_terminal import Terminal
 
-__all__ = ["run_session"]
+__all__ = ["STOP_SIGNALS", "Stop", "run_session"]
 
 _TICK = 0.2  # seconds between redraws of the TTY status line
+#: What stops a run and keeps its evidence: a CI job's timeout (SIGTERM), Ctrl-C, a closed terminal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: Seconds the stopped cell gets to end after its interrupt (its ``finally`` blocks), and the files to be
+#: collected: within the 10 s a CI runner or ``docker stop`` leaves between SIGTERM and SIGKILL.
+_GRACE = 4.0
+_COLLECT_GRACE = 3.0
+
+
+class Stop:
+    """The signals a run received. The first stops the cells (the running one is interrupted and gets
+    ``_GRACE`` seconds to end); each later one cuts short the stage under way (the cell's grace, the
+    collection). The session is closed and the report written whatever is received."""
+
+    def __init__(self) -> None:
+        self.signal: signal.Signals | None = None
+        self.cells: anyio.CancelScope | None = None  # the session's start and its files (made in the loop)
+        self.stage: anyio.CancelScope | None = None  # the grace or the collection, while one runs
+
+    def received(self, signum: int) -> None:
+        if self.signal is None:
+            self.signal = signal.Signals(signum)
+            if self.cells is not None:
+                self.cells.cancel()
+        elif self.stage is not None:
+            self.stage.cancel()
+
+    def grace(self, seconds: float) -> anyio.CancelScope:
+        """A stage of the wind-down: shielded from the first stop, ended by the next signal or ``seconds``."""
+        scope = anyio.CancelScope(shield=True, deadline=anyio.current_time() + seconds)
+        self.stage = scope
+        return scope
+
+
+async def _receive(stop: Stop) -> None:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            stop.received(signum)
 
 
 def _describe(sandbox: dict[str, Any]) -> str:
@@ -44,13 +82,15 @@ async def _ticker(term: Terminal) -> None:
         term.tick()
 
 
-async def run_session(opts: Options, state: RunState, term: Terminal) -> None:
-    """The whole session, with the status line redrawn while it runs (on a TTY)."""
+async def run_session(opts: Options, state: RunState, term: Terminal, stop: Stop) -> None:
+    """The whole session, with the status line redrawn while it runs (on a TTY) and the stop signals
+    turned into a wind-down that keeps the evidence (``Stop``)."""
     async with anyio.create_task_group() as group:
+        group.start_soon(_receive, stop)
         if term.decorate:
             group.start_soon(_ticker, term)
         try:
-            await _drive(opts, state, term)
+            await _drive(opts, state, term, stop)
         finally:
             group.cancel_scope.cancel()
 
@@ -62,9 +102,9 @@ def _remaining(opts: Options, state: RunState) -> float | None:
     return opts.timeout - state.cell_time
 
 
-async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
-    """Start, run every file in order (stopping at the first failure), close. Records every failure in
-    ``state``; only cancellation (Ctrl-C) propagates."""
+async def _drive(opts: Options, state: RunState, term: Terminal, stop: Stop) -> None:
+    """Start, run every file in order (stopping at the first failure or stop signal), collect, close.
+    Records every failure in ``state``."""
     languages = ["python", "sql"]
     if any(run.source.language == "r" for run in state.files):
         languages.append("r")
@@ -87,30 +127,19 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
         )
         state.console = console
         try:
-            await console.start()
-            status = console.status()
-            state.version, state.command, state.limits = status.version, status.command, status.limits
-            if status.sandbox is not None:
-                state.sandbox = {**status.sandbox, "description": _describe(status.sandbox)}
-            term.info(
-                f"mcp-console {state.version}, profile {opts.profile}: "
-                f"{state.sandbox['description'] if state.sandbox else 'sandbox unknown'}"
-            )
-            for name, report in status.limits.items():  # (only --best-effort starts with such a limit)
-                if report.get("value") is not None and report.get("enforced_by") is None:
-                    why = report.get("note") or "nothing on this host can hold it"
-                    term.info(f"limit {name} is NOT enforced: {why}; --best-effort started anyway")
-            total = len(state.files)
-            for index, run in enumerate(state.files, start=1):
-                label = f"running {run.source.name}" + (f" ({index}/{total})" if total > 1 else "")
-                term.set_label(label)
-                if not await _run_file(console, run, opts, state, term):
-                    break
-            if opts.collect:
-                await _collect(console, opts, state, term)
+            with anyio.CancelScope() as stop.cells:
+                if stop.signal is not None:  # (received before the loop listened)
+                    stop.cells.cancel()
+                await _start_and_run(console, opts, state, term, stop)
+            if stop.signal is not None:
+                state.stopped_by(stop.signal)
+            if opts.collect and console.pid is not None:
+                with stop.grace(_COLLECT_GRACE):
+                    await _collect(console, opts, state, term)
         finally:
             term.set_label("stopping mcp-console")
-            await console.close()
+            with anyio.CancelScope(shield=True):  # closed, its recording finalized, whatever was received
+                await console.close()
     except BridgeError as exc:
         state.fail(exit_code_for(exc), error_text(exc, debug=opts.debug))
         if opts.debug:
@@ -124,6 +153,29 @@ async def _drive(opts: Options, state: RunState, term: Terminal) -> None:
     finally:
         term.set_label(None)
         term.clear()
+
+
+async def _start_and_run(console: AsyncConsole, opts: Options, state: RunState, term: Terminal, stop: Stop) -> None:
+    """Start the session and run the files in order, up to the first that fails."""
+    await console.start()
+    status = console.status()
+    state.version, state.command, state.limits = status.version, status.command, status.limits
+    if status.sandbox is not None:
+        state.sandbox = {**status.sandbox, "description": _describe(status.sandbox)}
+    term.info(
+        f"mcp-console {state.version}, profile {opts.profile}: "
+        f"{state.sandbox['description'] if state.sandbox else 'sandbox unknown'}"
+    )
+    for name, report in status.limits.items():  # (only --best-effort starts with such a limit)
+        if report.get("value") is not None and report.get("enforced_by") is None:
+            why = report.get("note") or "nothing on this host can hold it"
+            term.info(f"limit {name} is NOT enforced: {why}; --best-effort started anyway")
+    total = len(state.files)
+    for index, run in enumerate(state.files, start=1):
+        label = f"running {run.source.name}" + (f" ({index}/{total})" if total > 1 else "")
+        term.set_label(label)
+        if not await _run_file(console, run, opts, state, term, stop):
+            break
 
 
 async def _collect(console: AsyncConsole, opts: Options, state: RunState, term: Terminal) -> None:
@@ -150,7 +202,9 @@ async def _collect(console: AsyncConsole, opts: Options, state: RunState, term: 
         term.info(f"--collect {' '.join(opts.collect)}: no file in the TMPDIR matched")
 
 
-async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal) -> bool:
+async def _run_file(
+    console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal, stop: Stop
+) -> bool:
     """Run one source as one cell; True when it succeeded and the next may run."""
     name, language = run.source.name, run.source.language
     remaining = _remaining(opts, state)
@@ -182,6 +236,16 @@ async def _run_file(console: AsyncConsole, run: FileRun, opts: Options, state: R
     try:
         code: dict[str, Any] = {language: run.source.code}
         result = await console.run(**code, timeout=remaining, on_output=on_output)
+    except anyio.get_cancelled_exc_class():
+        if stop.signal is not None:  # stopped: the cell is interrupted and its last words kept
+            run.status = "stopped"
+            run.error = f"stopped by {stop.signal.name} while running"
+            term.set_label(f"stopping {name} ({stop.signal.name})")
+            with stop.grace(_GRACE):
+                ended = await console.settle(bound=_GRACE, on_output=on_output)
+                if ended is None:
+                    run.error += f"; it did not end within {_GRACE:g}s of its interrupt"
+        raise
     except CellTimeout as exc:
         # What the interrupt itself printed (where the code was): not streamed by on_output.
         partial = exc.result.combined if exc.result is not None else ""

@@ -29,7 +29,7 @@ class FileRun:
     """What happened to one source."""
 
     source: Source
-    status: str = "not run"  # ok | error | timeout | interrupted | not run
+    status: str = "not run"  # ok | error | timeout | stopped (a stop signal) | interrupted | not run
     chunks: list[str] = field(default_factory=list)  # what was shown, image markers included
     streamed: list[str] = field(default_factory=list)  # each chunk's output as the library merges it
     images: list[str] = field(default_factory=list)

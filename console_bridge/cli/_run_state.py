@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import mimetypes
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,10 +66,22 @@ class RunState:
     retention: str | None = None
     collected: list[tuple[str, bytes]] = field(default_factory=list)
     collect_skipped: list[str] = field(default_factory=list)
+    stop_signal: str | None = None  # the stop signal that ended the run (SIGTERM, SIGINT, SIGHUP)
 
     def fail(self, code: ExitCode, message: str) -> None:
         if self.exit_code == ExitCode.OK:
             self.exit_code, self.error = code, message
+
+    def stopped_by(self, signum: signal.Signals) -> None:
+        """A stop signal ended the run: that is its outcome (128 + the signal's number), whatever failed
+        after it (a run stopped mid-file is not the code's error)."""
+        self.stop_signal = signum.name
+        running = next((run.source.name for run in self.files if run.status == "stopped"), None)
+        left = sum(1 for run in self.files if run.status == "not run")
+        where = f" while {running} ran" if running else ""
+        rest = f"; {left} file{'s' if left != 1 else ''} not run" if left else ""
+        self.exit_code = ExitCode(128 + signum.value)
+        self.error = f"stopped by {signum.name}{where}{rest}; the session was closed and its evidence kept"
 
     def add_image(self, image: Image) -> str:
         extension = {"image/jpeg": ".jpg", "image/svg+xml": ".svg"}.get(image.mime_type) or (
@@ -94,6 +107,7 @@ class RunState:
             "ended_at": iso(ended),
             "duration_s": round((ended - self.started_at).total_seconds(), 3),
             "exit_status": int(self.exit_code),
+            "ended_by": self.stop_signal or ("error" if self.error is not None else "completed"),
             "error": self.error,
             "recording": self.recording,
             "files": [run.as_dict(with_output=with_output) for run in self.files],
