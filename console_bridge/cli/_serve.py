@@ -296,6 +296,7 @@ async def _serve_http(
         idle_timeout=None if config.idle_timeout is None else 2 * config.idle_timeout,
         max_sessions=32 * config.max_sessions,  # MCP sessions hold no console until their first send
         max_body_bytes=gate.options.max_body_bytes,
+        identities=lambda: len(set(identities.tokens.values())),  # each its share: none locks the others out
     )
 
     class _Server(uvicorn.Server):

@@ -22,7 +22,7 @@ import contextlib
 import contextvars
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -213,6 +213,8 @@ class Gate:
                 await _respond(send, 413, f"request body over {self.options.max_body_bytes} bytes")
                 return
             refusal = opening_refusal(headers, body) if sid is None else body_refusal(body)
+            if refusal is None and sid is None:
+                refusal = self._over_share(identity)
             if refusal is not None:  # before the SDK sees it: malformed bodies are 4xx, never a 500
                 await _respond(send, *refusal)
                 return
@@ -227,6 +229,21 @@ class Gate:
         status = await _forward(self.sdk.handle_request, scope, receive, send)
         if sid is not None and scope["method"] == "DELETE" and status is not None and status < 400:
             await self.consoles.end_session(sid)
+
+    def _over_share(self, identity: str) -> tuple[int, str] | None:
+        """An opening request of an identity that holds its share of the MCP sessions: 503, saying so."""
+        sdk = self.sdk
+        if not isinstance(sdk, _Sessions):
+            return None
+        share, held = sdk.share(), sdk.open_by(identity)
+        if share is None or held < share:
+            return None
+        return (
+            503,
+            f"identity {identity!r} holds {held} open MCP sessions, its share of the server's "
+            f"{sdk.max_sessions} (split between {max(1, sdk.identities())} identities): end some "
+            "(HTTP DELETE with their Mcp-Session-Id) or wait for the idle timeout; other identities are not affected",
+        )
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         message = await receive()
@@ -248,13 +265,30 @@ class Gate:
 
 class _Sessions(StreamableHTTPSessionManager):
     """The SDK's session manager, with resumable SSE streams: each MCP session gets its own view of one
-    bounded event store (stream ids repeat across sessions; the SDK would share one store)."""
+    bounded event store (stream ids repeat across sessions; the SDK would share one store), and each
+    identity its share of the open MCP sessions (``share``): one client cannot lock the others out."""
 
-    def __init__(self, server: Server[Any], events: BoundedEventStore, **options: Any) -> None:
+    def __init__(
+        self, server: Server[Any], events: BoundedEventStore, identities: Callable[[], int], **options: Any
+    ) -> None:
         super().__init__(app=server, **options)
         self.events = events
+        self.identities = identities  # how many identities the server accepts now (tokens reload)
+
+    def share(self) -> int | None:
+        """The MCP sessions one identity may hold open: the cap split evenly between the identities."""
+        if self.max_sessions is None:
+            return None
+        return max(1, self.max_sessions // max(1, self.identities()))
+
+    def open_by(self, identity: str) -> int:
+        return sum(1 for owner in self._session_owners.values() if owner.get("client_id") == identity)
 
     def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
+        share = self.share()
+        identity = requestor.get("client_id") if isinstance(requestor, dict) else None
+        if share is not None and identity is not None and self.open_by(identity) >= share:
+            return None  # (the gate said why before; this holds under the SDK's lock)
         transport = super()._admit_session(requestor)
         if transport is not None and transport.mcp_session_id is not None:
             transport._event_store = self.events.session(transport.mcp_session_id)
@@ -267,12 +301,18 @@ SSE_RETRY_MS = 1000
 
 
 def make_sdk(
-    server: Server[Any], *, idle_timeout: float | None, max_sessions: int, max_body_bytes: int
+    server: Server[Any],
+    *,
+    idle_timeout: float | None,
+    max_sessions: int,
+    max_body_bytes: int,
+    identities: Callable[[], int] = lambda: 1,
 ) -> StreamableHTTPSessionManager:
     """The SDK's session manager; the gate has checked origin and token (no SDK security settings)."""
     return _Sessions(
         server,
         BoundedEventStore(),
+        identities,
         session_idle_timeout=idle_timeout,
         max_sessions=max_sessions,
         security_settings=None,

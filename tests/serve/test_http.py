@@ -292,3 +292,28 @@ async def test_console_id_rides_in_a_header_for_routing(http_server: Any, tmp_pa
         )
         assert not _sse_or_json(matching)["result"]["isError"]
     assert server.stop() == 0
+
+
+async def test_one_identity_cannot_lock_the_others_out(http_server: Any, tmp_path: Path) -> None:
+    """Issue 32: 140 ``initialize`` with bob's token filled the server's MCP session cap, and alice's got
+    503 "Too many open sessions" for up to 20 minutes. Each identity now holds at most its share of the
+    cap (here 32 MCP sessions for --max-sessions 1, so 16 each); past it the opening request is 503
+    naming the share and the fix, and the other identity opens as before."""
+    tokens = tmp_path / "clients.tokens"
+    tokens.write_text(f"{ALICE} alice\n{BOB} bob\n")
+    tokens.chmod(0o600)
+    server: HttpServer = http_server("--warm", "0", "--tokens", str(tokens), "--max-sessions", "1")
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
+
+        async def opening(token: str) -> httpx2.Response:
+            return await http.post(server.url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {token}"})
+
+        statuses = [(await opening(BOB)).status_code for _ in range(40)]
+        assert statuses == [200] * 16 + [503] * 24, statuses
+        refused = await opening(BOB)
+        assert refused.status_code == 503 and "its share" in refused.text and "bob" in refused.text, refused.text
+        assert "DELETE" in refused.text
+        welcome = await opening(ALICE)
+        assert welcome.status_code == 200, welcome.text
+        assert welcome.headers.get("mcp-session-id")
+    assert sessions_started(tmp_path) == 0  # MCP sessions alone start no console
