@@ -196,6 +196,12 @@ class Gate:
         if scope["path"].rstrip("/") != self.options.path:
             await _respond(send, 404, "not found; the MCP endpoint is " + self.options.path)
             return
+        origin = headers.get("origin")
+        if origin is not None and origin_allowed(origin, self.options.allowed_origins):
+            if scope["method"] == "OPTIONS":  # a browser's preflight carries no credentials: answered here
+                await _preflight(send, origin, headers.get("access-control-request-headers"))
+                return
+            send = _with_cors(send, origin)
         identity = self.identities.authenticate(headers.get("authorization"))
         if identity is None:
             await _respond(send, 401, "missing or wrong bearer token", {"www-authenticate": "Bearer"})
@@ -357,6 +363,48 @@ async def _forward(app: Any, scope: Scope, receive: Receive, send: Send) -> int 
 
     await app(scope, receive, watch)
     return status[0] if status else None
+
+
+#: What a browser client may send and read across origins (the MCP headers of both protocol eras: the
+#: 2026 era's ``Mcp-Param-*`` too, so a preflight's own list is answered, filtered to these).
+_CORS_REQUEST_HEADERS = ("authorization", "content-type", "accept", "last-event-id", "mcp-session-id")
+_CORS_EXPOSED = "mcp-session-id, mcp-protocol-version, www-authenticate"
+
+
+def _allowed_request_headers(requested: str | None) -> str:
+    names = [name.strip().lower() for name in (requested or "").split(",") if name.strip()]
+    kept = [name for name in names if name in _CORS_REQUEST_HEADERS or name.startswith("mcp-")]
+    return ", ".join(dict.fromkeys([*_CORS_REQUEST_HEADERS, "mcp-protocol-version", *kept]))
+
+
+async def _preflight(send: Send, origin: str, requested: str | None) -> None:
+    """The CORS preflight of an allowed origin: 204 with what it may send (nothing of MCP is served)."""
+    headers = [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
+        (b"access-control-allow-headers", _allowed_request_headers(requested).encode("latin-1")),
+        (b"access-control-max-age", b"600"),
+        (b"vary", b"Origin"),
+        (b"content-length", b"0"),
+    ]
+    await send({"type": "http.response.start", "status": 204, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    """``send`` with the CORS headers of an allowed origin added to the response's start."""
+
+    async def cors(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            extra = [
+                (b"access-control-allow-origin", origin.encode("latin-1")),
+                (b"access-control-expose-headers", _CORS_EXPOSED.encode()),
+                (b"vary", b"Origin"),
+            ]
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return cors
 
 
 async def _respond(send: Send, status: int, message: str, extra: dict[str, str] | None = None) -> None:

@@ -317,3 +317,38 @@ async def test_one_identity_cannot_lock_the_others_out(http_server: Any, tmp_pat
         assert welcome.status_code == 200, welcome.text
         assert welcome.headers.get("mcp-session-id")
     assert sessions_started(tmp_path) == 0  # MCP sessions alone start no console
+
+
+async def test_a_browser_client_of_an_allowed_origin_passes_cors(http_server: Any, tmp_path: Path) -> None:
+    """Issue 32: with --allow-origin, a browser's preflight got 401 and no Access-Control-Allow-Origin, so
+    no browser client could connect. The preflight of an allowed origin is answered (it carries no
+    credentials); responses name the origin and expose Mcp-Session-Id; other origins get nothing."""
+    app = "https://app.example"
+    server: HttpServer = http_server("--warm", "0", "--allow-origin", app)
+    asked = "authorization, content-type, mcp-protocol-version, mcp-param-console-id, x-evil"
+    preflight = {"Origin": app, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": asked}
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
+        ok = await http.options(server.url, headers=preflight)
+        assert ok.status_code == 204, ok.text
+        assert ok.headers["access-control-allow-origin"] == app
+        allowed = {h.strip() for h in ok.headers["access-control-allow-headers"].split(",")}
+        assert {"authorization", "content-type", "mcp-protocol-version", "mcp-param-console-id"} <= allowed
+        assert "x-evil" not in allowed and "POST" in ok.headers["access-control-allow-methods"]
+        other = await http.options(server.url, headers={**preflight, "Origin": "https://evil.example"})
+        assert other.status_code >= 400 and "access-control-allow-origin" not in other.headers
+        opened = await http.post(
+            server.url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {server.token}", "Origin": app}
+        )
+        assert opened.status_code == 200, opened.text
+        assert opened.headers["access-control-allow-origin"] == app
+        assert "mcp-session-id" in opened.headers["access-control-expose-headers"]
+        assert opened.headers.get("mcp-session-id")
+        unauthenticated = await http.post(server.url, json=INIT, headers={**ACCEPT, "Origin": app})
+        assert unauthenticated.status_code == 401  # CORS never stands in for the token
+        assert unauthenticated.headers["access-control-allow-origin"] == app  # (so the page can read why)
+        evil = await http.post(
+            server.url,
+            json=INIT,
+            headers={**ACCEPT, "Authorization": f"Bearer {server.token}", "Origin": "https://evil.example"},
+        )
+        assert evil.status_code == 403 and "access-control-allow-origin" not in evil.headers
