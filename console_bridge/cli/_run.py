@@ -27,7 +27,7 @@ from console_bridge._errors import BridgeError
 from console_bridge.cli import _artifacts as artifacts
 from console_bridge.cli._common import ExitCode, FiniteFloat, error_text, fail
 from console_bridge.cli._limit_options import limit_options, limits_from_options
-from console_bridge.cli._run_session import Stop, run_session
+from console_bridge.cli._run_session import STOP_SIGNALS, Stop, run_session
 from console_bridge.cli._run_sources import FileRun, load_sources
 from console_bridge.cli._run_state import Options, RunState
 from console_bridge.cli._run_terminal import Terminal
@@ -99,13 +99,18 @@ def check_usage(opts: Options) -> None:
             fail(f"--collect: {error_text(exc)}", ExitCode.USAGE)
 
 
+def _take_stop_signals(stop: Stop) -> None:
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda number, _frame: stop.received(number))
+
+
 @contextlib.contextmanager
 def _taking_stop_signals(stop: Stop) -> Iterator[None]:
-    """SIGTERM and SIGHUP recorded in ``stop`` (the session's loop takes them itself while it runs, and
-    SIGINT too), the previous handlers restored after."""
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
-    for signum in previous:
-        signal.signal(signum, lambda number, _frame: stop.received(number))
+    """The stop signals recorded in ``stop`` for the whole run, outside the session's loop too (before it
+    listens, after it ended, while the artifacts are written: the report is never lost to one), the
+    previous handlers restored after."""
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    _take_stop_signals(stop)
     try:
         yield
     finally:
@@ -114,6 +119,12 @@ def _taking_stop_signals(stop: Stop) -> Iterator[None]:
 
 
 def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
+    stop = Stop()
+    with _taking_stop_signals(stop):
+        return _execute(opts, files, language, stop)
+
+
+def _execute(opts: Options, files: tuple[str, ...], language: str | None, stop: Stop) -> int:
     check_usage(opts)
     sources = load_sources(files, language)
     expected_real = _artifacts_target(opts.artifacts) if opts.artifacts is not None else ""
@@ -127,16 +138,15 @@ def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
         stage = artifacts.RecordingStage.plan(opts.workspace, opts.profile, opts.writable_roots, opts.recordings_dir)
         if stage is not None:  # the code could write the requested folder: record privately, copy after
             opts.recordings_dir = str(stage.staging)
-    stop = Stop()
     try:
-        # Outside the session's loop too (before it listens, after it ends, while the artifacts are written),
-        # a stop signal is taken, never lets the process die without its report.
-        with _taking_stop_signals(stop):
-            if refused is None:
+        if refused is None:
+            try:
                 anyio.run(run_session, opts, state, term, stop)
-            if stop.signal is not None and state.stop_signal is None:
-                state.stopped_by(stop.signal)
-    except KeyboardInterrupt:
+            finally:
+                _take_stop_signals(stop)  # (the loop's own handlers, removed, leave the defaults behind)
+        if stop.signal is not None and state.stop_signal is None:
+            state.stopped_by(stop.signal)
+    except KeyboardInterrupt:  # (a Ctrl-C is a stop signal now; kept for one raised by other means)
         term.clear()
         for run in state.files:
             if run.status == "not run" and run.elapsed is not None:

@@ -241,10 +241,13 @@ async def _run_file(
             run.status = "stopped"
             run.error = f"stopped by {stop.signal.name} while running"
             term.set_label(f"stopping {name} ({stop.signal.name})")
-            with stop.grace(_GRACE):
+            ended = None
+            with stop.grace(_GRACE) as grace:
                 ended = await console.settle(bound=_GRACE, on_output=on_output)
-                if ended is None:
-                    run.error += f"; it did not end within {_GRACE:g}s of its interrupt"
+            if grace.cancel_called and grace.deadline > anyio.current_time():
+                run.error += "; a second signal cut its grace short"
+            elif ended is None:
+                run.error += f"; it did not end within {_GRACE:g}s of its interrupt"
         raise
     except CellTimeout as exc:
         # What the interrupt itself printed (where the code was): not streamed by on_output.

@@ -35,8 +35,10 @@ finally:
 NEVER = "print('the second file ran')\n"
 
 
-def _stop(tmp_path: Path, signals: list[signal.Signals], gap: float = 0.0) -> tuple[int, str, str, Path]:
-    (tmp_path / "long.py").write_text(LONG)
+def _stop(
+    tmp_path: Path, signals: list[signal.Signals], gap: float = 0.0, code: str = LONG
+) -> tuple[int, str, str, Path]:
+    (tmp_path / "long.py").write_text(code)
     (tmp_path / "next.py").write_text(NEVER)
     proc = start(
         ["run", "--recordings-dir", str(tmp_path / "recs"), "--artifacts", "out", "--collect", "*.csv",
@@ -84,11 +86,17 @@ def test_a_stop_signal_keeps_the_evidence(tmp_path: Path, signum: signal.Signals
     assert f"stopped by {signum.name}" in stderr
 
 
+SLOW_FINALLY = LONG.replace('open(d + "/final.csv"', 'time.sleep(60)\n    open(d + "/final.csv"')
+
+
 def test_a_second_signal_cuts_the_grace_short_and_loses_nothing(tmp_path: Path) -> None:
-    rc, _, stderr, out = _stop(tmp_path, [signal.SIGINT, signal.SIGINT], gap=0.3)
+    """A cell whose finally takes a minute: the first Ctrl-C gives it its grace, the second ends that."""
+    rc, stdout, stderr, out = _stop(tmp_path, [signal.SIGINT, signal.SIGINT], gap=1.0, code=SLOW_FINALLY)
     assert rc == 130, (rc, stderr)
     report = _report(out)
     assert report["ended_by"] == "SIGINT" and report["files"][0]["status"] == "stopped", report
+    assert "a second signal cut its grace short" in report["files"][0]["error"], report["files"][0]
+    assert "finally ran" not in stdout
     assert report["recording"]["finalized"] is True, report["recording"]
     assert (out / "output.txt").is_file()
     assert "early.csv" in {p.name for p in (out / "files").iterdir()}
