@@ -235,7 +235,10 @@ class CellResult(ToolResult):
     R's messages count as stdout. ``outputs`` holds the rich results (:class:`Output`: each
     ``display()``, the final value, each plot) in order; their ``text/plain`` is part of
     ``text`` (a chunk showing one has ``stream == "stdout"`` and the one segment
-    ``("display", text)``). Example::
+    ``("display", text)``). ``run()``'s result holds the cell's whole output, read from the
+    recording past mcp-console's per-poll window, up to the session's ``max_output``; past it the
+    head and the tail, ``truncated`` true and ``omitted_bytes`` saying how much was dropped.
+    Example::
 
         result = console.run(python="1 / 0")
         result.error.name          # 'ZeroDivisionError'
@@ -255,6 +258,8 @@ class CellResult(ToolResult):
     outputs: list[Output] = field(default_factory=list)
     #: what the cell used (set on the result that ends a cell; None on other observations)
     usage: CellUsage | None = None
+    #: bytes of the cell's output dropped past ``max_output`` (head and tail kept; ``truncated`` is then true)
+    omitted_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.error is not None and not self.is_error:

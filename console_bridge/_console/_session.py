@@ -21,6 +21,7 @@ from console_bridge._console._observe import for_model, merge, split_chunk
 from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._session_start import ConsoleStart
 from console_bridge._console._session_state import SERVER, ConsoleStatus
+from console_bridge._console._whole_output import complete
 from console_bridge._errors import ApprovalDenied, Busy, CellTimeout, DependenciesRefused, NotAllowed
 from console_bridge._governance._policy import ApprovalRequest, run_approver
 from console_bridge._identity import current_owner
@@ -155,7 +156,7 @@ class AsyncConsole(ConsoleStart):
                     if isinstance(outcome, Awaitable):
                         await outcome
             if not chunk.running:
-                result = merge(chunks, time.monotonic() - started)
+                result = self._whole(merge(chunks, time.monotonic() - started))
                 return result.raise_for_error() if check else result
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -170,13 +171,18 @@ class AsyncConsole(ConsoleStart):
             args = {}
         chunks.extend(await self._stop_cell())
         chunks.extend(await self._stop_leftover_work())
-        partial = merge(chunks, time.monotonic() - started)
+        partial = self._whole(merge(chunks, time.monotonic() - started))
         raise CellTimeout(
             f"{reason} (the output so far is on .result)",
             result=partial,
             server=SERVER,
             details={"cell_started": cell_started},
         )
+
+    def _whole(self, result: CellResult) -> CellResult:
+        """The cell's whole output, up to ``max_output``, when a poll's window omitted part of it."""
+        recording = self.recording
+        return complete(result, recording.path if recording is not None else None, self.max_output)
 
     async def _stop_cell(self, grace_ms: int = 5000) -> list[CellResult]:
         """Interrupt the running cell; restart the worker if the interrupt does not take."""

@@ -17,7 +17,7 @@ import anyio
 import platformdirs
 import psutil
 
-from console_bridge._confinement._limits import Limits
+from console_bridge._confinement._limits import Limits, parse_size
 from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._connection._handles import NotCopyable
@@ -84,6 +84,7 @@ class ConsoleState(NotCopyable):
         limits: Limits | None = None,
         stream_window: float = 0.25,
         events_wait: float = 2.0,
+        max_output: int | str | None = "10MiB",
     ) -> None:
         refuse_unconfinable()  # macOS, Windows, Linux without user namespaces: say so before anything else
         ws = Path(workspace).expanduser()
@@ -107,6 +108,8 @@ class ConsoleState(NotCopyable):
         if limits is not None and not isinstance(limits, Limits):
             raise LaunchRefused("limits must be a console_bridge.Limits or None (None takes the profile's limits)")
         self.limits = limits if limits is not None else self._profile.limits
+        #: per cell, the bytes of output run() keeps whole (read from the recording past the per-poll window)
+        self.max_output = parse_size(max_output, "max_output")
         evidence_paths = tuple(str(item.path) for item in evidence(policy))  # never readable by a cell
         self._confined = SessionConfinement(
             limits=self.limits, deny_read=(*self._profile.deny_read, *evidence_paths), workspace=self.workspace

@@ -12,7 +12,7 @@ from pathlib import PurePath
 
 from console_bridge._results import CellResult
 
-__all__ = ["EXTENSIONS", "chunk_output", "code_error", "language_for"]
+__all__ = ["EXTENSIONS", "OMITTED_MARK", "chunk_output", "code_error", "language_for"]
 
 EXTENSIONS = {".py": "python", ".r": "r", ".sql": "sql"}
 
@@ -20,6 +20,10 @@ EXTENSIONS = {".py": "python", ".r": "r", ".sql": "sql"}
 def language_for(name: str) -> str | None:
     """The language of a file from its extension (``.py``, ``.R``/``.r``, ``.sql``), else None."""
     return EXTENSIONS.get(PurePath(name).suffix.lower())
+
+
+#: How mcp-console says a poll's window left out the middle of the output.
+OMITTED_MARK = "[output omitted: "
 
 
 def chunk_output(chunk: CellResult) -> str:

@@ -12,7 +12,7 @@ from console_bridge._confinement._limits import MIN_PROCESSES, Limits
 from console_bridge._console._profiles import load_profile
 from console_bridge.cli._common import ByteSize, FiniteFloat
 
-__all__ = ["NO_LIMIT", "limit_options", "limits_from_options"]
+__all__ = ["NO_LIMIT", "LimitSize", "OrNone", "limit_options", "limits_from_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -26,7 +26,7 @@ else:  # click < 8.2 has no generic ParamType
     _AnyParam = click.ParamType
 
 
-class _OrNone(_AnyParam):
+class OrNone(_AnyParam):
     """A limit's value, or ``none`` for no limit."""
 
     def __init__(self, inner: _AnyParam) -> None:
@@ -42,7 +42,7 @@ class _OrNone(_AnyParam):
             self.fail(f"{exc.message.rstrip('.')}, or none for no limit", param, ctx)
 
 
-class _LimitSize(ByteSize):
+class LimitSize(ByteSize):
     """A size limit: at least 1 MiB (as ``Limits`` takes it)."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
@@ -53,27 +53,27 @@ class _LimitSize(ByteSize):
 
 
 def _limit(flag: str, kind: _AnyParam, text: str) -> Callable[[F], F]:
-    return click.option(flag, type=_OrNone(kind), help=text)
+    return click.option(flag, type=OrNone(kind), help=text)
 
 
 _OPTIONS = (
-    _limit("--memory", _LimitSize(), "Memory limit of the session's whole tree (e.g. 2GiB; none: no limit)."),
+    _limit("--memory", LimitSize(), "Memory limit of the session's whole tree (e.g. 2GiB; none: no limit)."),
     _limit(
         "--processes",
         click.IntRange(min=MIN_PROCESSES),
         "Processes and threads the session's tree may hold (none: no limit).",
     ),
     _limit("--cpu", FiniteFloat(min=0.01, max=4096), "CPUs' worth of time, e.g. 1.5 (none: no cap)."),
-    _limit("--tmpdir-limit", _LimitSize(), "Bytes the session may write to its private TMPDIR (none: no cap)."),
+    _limit("--tmpdir-limit", LimitSize(), "Bytes the session may write to its private TMPDIR (none: no cap)."),
     _limit(
         "--recording-limit",
-        _LimitSize(),
+        LimitSize(),
         "Bytes the session's whole recording may hold on disk; past it a cell's raw output is not kept (none: no "
         "cap; --strict needs none, since only an rlimit holds it).",
     ),
     _limit(
         "--writes-limit",
-        _LimitSize(),
+        LimitSize(),
         "Bytes the code may add to a writable workspace and roots: the bridge's accounting stops the cells past "
         "it; nothing to hold under a read-only profile (none: no limit).",
     ),

@@ -26,7 +26,7 @@ from console_bridge._console._recordings import Recordings
 from console_bridge._errors import BridgeError
 from console_bridge.cli import _artifacts as artifacts
 from console_bridge.cli._common import ExitCode, FiniteFloat, error_text, fail
-from console_bridge.cli._limit_options import limit_options, limits_from_options
+from console_bridge.cli._limit_options import NO_LIMIT, LimitSize, OrNone, limit_options, limits_from_options
 from console_bridge.cli._run_session import STOP_SIGNALS, Stop, run_session
 from console_bridge.cli._run_sources import FileRun, load_sources
 from console_bridge.cli._run_state import Options, RunState
@@ -435,6 +435,17 @@ RETENTION = _Retention()
         "repeatable) into --artifacts DIR/files (never through a symlink)."
     ),
 )
+@click.option(
+    "--max-output",
+    "max_output",
+    type=OrNone(LimitSize()),
+    default="10MiB",
+    show_default=True,
+    help=(
+        "A cell's output kept whole in output.txt, --json and report.json (read from the recording past "
+        "mcp-console's per-poll window of about 8 KiB); past it the head and tail (none: all of it)."
+    ),
+)
 @limit_options
 @click.pass_context
 def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | None, **options: Any) -> None:
@@ -463,5 +474,6 @@ def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | N
         read_roots=tuple(options["read_roots"]),
         env=options["env"],
         collect=tuple(options["collect"]),
+        max_output=None if options["max_output"] == NO_LIMIT else options["max_output"],
     )
     ctx.exit(execute(opts, files, language.lower() if language else None))

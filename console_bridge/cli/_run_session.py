@@ -17,7 +17,7 @@ from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import BridgeError, CellTimeout
 from console_bridge._results import CellResult
 from console_bridge.cli._common import ExitCode, error_text, exit_code_for, human_size
-from console_bridge.cli._detect import chunk_output, code_error
+from console_bridge.cli._detect import OMITTED_MARK, chunk_output, code_error
 from console_bridge.cli._run_sources import FileRun
 from console_bridge.cli._run_state import Options, RunState
 from console_bridge.cli._run_terminal import Terminal
@@ -124,6 +124,7 @@ async def _drive(opts: Options, state: RunState, term: Terminal, stop: Stop) -> 
             limits=opts.limits,
             read_roots=opts.read_roots,
             env=opts.env,
+            max_output=opts.max_output,
         )
         state.console = console
         try:
@@ -202,6 +203,26 @@ async def _collect(console: AsyncConsole, opts: Options, state: RunState, term: 
         term.info(f"--collect {' '.join(opts.collect)}: no file in the TMPDIR matched")
 
 
+def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int) -> None:
+    """When a poll's window cut what was shown live (``[output omitted: ...]``), the whole output the
+    library read from the recording (up to --max-output) is what output.txt and --json keep."""
+    streamed = "".join(run.streamed)
+    run.truncated, run.omitted_bytes = result.truncated, result.omitted_bytes
+    whole = chunk_output(result)
+    if whole == streamed or OMITTED_MARK not in streamed:
+        return
+    markers = [chunk for chunk in run.chunks if chunk.lstrip("\n").startswith("[image ")]
+    run.chunks = [whole, *(("\n" if not whole.endswith("\n") else "") + m.lstrip("\n") for m in markers)]
+    term.recapture(mark, run.output)
+    kept = f"{len(whole.encode())} bytes" + (
+        f", {result.omitted_bytes} past --max-output omitted" if result.truncated else ""
+    )
+    term.info(
+        f"{run.source.name}: the live output showed the first and last 4 KiB of each poll; output.txt and --json "
+        f"hold the whole ({kept})"
+    )
+
+
 async def _run_file(
     console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal, stop: Stop
 ) -> bool:
@@ -214,6 +235,7 @@ async def _run_file(
         state.fail(ExitCode.TIMEOUT, f"the run passed --timeout={opts.timeout:g}s before {name} started")
         return False
     started = time.monotonic()
+    mark = term.mark()
 
     def on_output(chunk: CellResult) -> None:
         text = chunk_output(chunk)
@@ -285,6 +307,7 @@ async def _run_file(
         run.elapsed = time.monotonic() - started
         state.cell_time += run.elapsed
         term.end_file()
+    _keep_whole(run, result, term, mark)
     if result.waiting_for_input:
         with contextlib.suppress(BridgeError):
             await console.interrupt()

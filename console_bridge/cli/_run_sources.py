@@ -35,6 +35,8 @@ class FileRun:
     images: list[str] = field(default_factory=list)
     elapsed: float | None = None
     error: str | None = None
+    truncated: bool = False  # past --max-output: the head and tail kept
+    omitted_bytes: int = 0
 
     @property
     def output(self) -> str:
@@ -49,6 +51,8 @@ class FileRun:
             "elapsed_s": None if self.elapsed is None else round(self.elapsed, 3),
             "images": list(self.images),
             "error": self.error,
+            "truncated": self.truncated,
+            "omitted_bytes": self.omitted_bytes,
         }
         if with_output:
             data["output"] = self.output

@@ -42,6 +42,7 @@ class Options:
     env: dict[str, str] = field(default_factory=dict)
     collect: tuple[str, ...] = ()
     collect_max_bytes: int = 512 * 1024 * 1024  # all collected files together, held in memory until written
+    max_output: int | None = 10 * 1024 * 1024  # a cell's output kept whole (past it, head and tail)
 
 
 @dataclass

@@ -52,6 +52,16 @@ class Terminal:
             _silence_stdout()
         self._midline = not text.endswith("\n")
 
+    def mark(self) -> int:
+        """Where the next output begins in ``captured`` (for :meth:`recapture`)."""
+        return len(self.captured)
+
+    def recapture(self, mark: int, text: str) -> None:
+        """What output.txt keeps from ``mark`` on becomes ``text`` (made inert the same way; not shown again)."""
+        inert = CellOutput(raw=self.cell_output.raw, environ=os.environ)
+        whole = inert.feed(text) + inert.flush()
+        self.captured[mark:] = [whole if whole.endswith("\n") or not whole else whole + "\n"]
+
     def end_file(self) -> None:
         """Start the next file's output on a line of its own."""
         self._show(self.cell_output.flush())
