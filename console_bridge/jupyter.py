@@ -56,7 +56,6 @@ import atexit
 import contextlib
 import dataclasses
 import os
-import shlex
 import shutil
 import sys
 import time
@@ -69,11 +68,9 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from console_bridge import (
     BridgeError,
-    Busy,
     CellError,
     CellResult,
     CellTimeout,
-    ConnectionClosed,
     Console,
     ConsoleStatus,
     Output,
@@ -84,7 +81,6 @@ from console_bridge import (
 )
 from console_bridge._confinement._limits import Limits
 from console_bridge._console._profiles import load_profile
-from console_bridge._hostfs import read_file, write_file
 from console_bridge._hygiene import CellOutput, host_line
 from console_bridge._jupyter._options import (
     OptionsError,
@@ -93,6 +89,7 @@ from console_bridge._jupyter._options import (
     parse_cell_line,
     plan_session,
 )
+from console_bridge._jupyter._transfer import TRANSFER_MAGICS, TransferMagics, notebook_text, one_line
 
 __all__ = ["ConsoleMagics", "load_ipython_extension", "unload_ipython_extension"]
 
@@ -111,12 +108,6 @@ def _limits_for(spec: SessionSpec) -> Limits | None:
     return dataclasses.replace(load_profile(spec.profile).limits, **dict(spec.limits))
 
 
-def _one_line(exc: BaseException, text: str) -> BaseException:
-    """Make IPython show ``text`` instead of a traceback (its ``_render_traceback_`` protocol)."""
-    setattr(exc, "_render_traceback_", lambda: [text])  # noqa: B010 - an instance attribute, on purpose
-    return exc
-
-
 class _Value:
     """The console cell's final value, returned by the magic: IPython shows it as the cell's
     ``execute_result`` (``Out[n]``) with its whole MIME bundle."""
@@ -129,18 +120,6 @@ class _Value:
 
     def __repr__(self) -> str:
         return self.output.text
-
-
-def _notebook_text(exc: BridgeError) -> str:
-    """A bridge error in the notebook's terms (magics, the kernel's stop button), not the Python API's."""
-    if isinstance(exc, Busy):
-        return (
-            "Busy: a console cell is still running; interrupt the kernel (the stop button) to stop it, or "
-            "%console_restart for a fresh session (state lost)"
-        )
-    if isinstance(exc, ConnectionClosed):
-        return f"ConnectionClosed: the session ended ({exc.message}); the next %%console cell opens a new one"
-    return f"{type(exc).__name__}: {exc.message}"
 
 
 def _format_value(value: object) -> str:
@@ -176,7 +155,7 @@ def _usage_text(usage: SessionUsage) -> str:
     return f"cpu {cpu}, memory {size(usage.memory)} (peak {size(usage.memory_peak)}), {procs} processes"
 
 
-class ConsoleMagics:
+class ConsoleMagics(TransferMagics):
     """The kernel's one console session and the magics that drive it.
 
     ``%load_ext console_bridge`` creates one per IPython shell and registers
@@ -221,6 +200,8 @@ class ConsoleMagics:
         manager.register_function(self.console_close, "line", "console_close")
         manager.register_function(self.console_put, "line", "console_put")
         manager.register_function(self.console_get, "line", "console_get")
+        manager.register_function(self.console_push, "line", "console_push")
+        manager.register_function(self.console_pull, "line", "console_pull")
         atexit.register(self.close)
 
     def unregister(self) -> None:
@@ -229,7 +210,7 @@ class ConsoleMagics:
         atexit.unregister(self.close)
         magics = self.shell.magics_manager.magics
         magics["cell"].pop("console", None)
-        for name in ("console_status", "console_restart", "console_close", "console_put", "console_get"):
+        for name in (*TRANSFER_MAGICS, "console_status", "console_restart", "console_close"):
             magics["line"].pop(name, None)
 
     def close(self) -> None:
@@ -269,7 +250,7 @@ class ConsoleMagics:
         except CellTimeout as exc:
             limit = f"--timeout {options.timeout:g} s" if options.timeout is not None else "its timeout"
             text = f"CellTimeout: the cell ran past {limit}; it was interrupted and the session lives on"
-            raise _one_line(exc, text) from None
+            raise one_line(exc, text) from None
         except CellError as exc:
             if hasattr(exc, "_render_traceback_"):
                 raise  # already worded for the notebook
@@ -280,9 +261,9 @@ class ConsoleMagics:
                 else (failure.name if failure else "the cell failed")
             )
             text = f"CellError: the {options.language} cell failed with {what} (its output above shows where)"
-            raise _one_line(exc, host_line(text)) from None
+            raise one_line(exc, host_line(text)) from None
         except BridgeError as exc:
-            raise _one_line(exc, host_line(_notebook_text(exc))) from None
+            raise one_line(exc, host_line(notebook_text(exc))) from None
 
     def console_status(self, line: str) -> None:
         """Print the session's state: server version and pid, workspace, profile, sandbox, recording."""
@@ -303,7 +284,7 @@ class ConsoleMagics:
             old.close()
             self.console = self.manager.open(owner=_OWNER)
         except BridgeError as exc:
-            raise _one_line(exc, host_line(_notebook_text(exc))) from None
+            raise one_line(exc, host_line(notebook_text(exc))) from None
         sys.stdout.write(
             f"console-bridge: a fresh session (pid {self.console.pid}) replaced the old one; "
             "its in-memory state is gone\n"
@@ -318,61 +299,7 @@ class ConsoleMagics:
         self.close()
         sys.stdout.write("console-bridge: the session is closed; the next %%console cell opens a new one\n")
 
-    def console_put(self, line: str) -> None:
-        """Copy a host file into the session's private TMPDIR: ``%console_put LOCAL [NAME]``.
-
-        ``NAME`` (default: LOCAL's file name) is relative to the cell's TMPDIR; the path a cell
-        opens is printed (``os.environ["TMPDIR"] + "/" + NAME``). LOCAL is read, and NAME written,
-        without following a symlink; an existing NAME is not replaced.
-        """
-        local, name = self._file_words("%console_put LOCAL [NAME]", line)
-        console = self._open_console("%console_put")
-        path = Path(local).expanduser()
-        try:
-            data = read_file(path.parent, path.name, self.max_file_bytes)
-        except (OSError, BridgeError) as exc:
-            text = exc.message if isinstance(exc, BridgeError) else (exc.strerror or str(exc))
-            raise _one_line(exc, host_line(f"%console_put: cannot read {local!r}: {text}")) from None
-        try:
-            where = console.put_file(name or path.name, data)
-        except BridgeError as exc:
-            raise _one_line(exc, host_line(_notebook_text(exc))) from None
-        sys.stdout.write(f"{_PREFIX}{host_line(f'{local} -> {where} ({len(data)} bytes); cells open {where}')}\n")
-
-    def console_get(self, line: str) -> None:
-        """Copy a file a cell wrote in its TMPDIR to the host: ``%console_get NAME [LOCAL]``.
-
-        ``NAME`` is relative to the cell's TMPDIR; ``LOCAL`` (default: NAME's file name in the
-        kernel's folder; a folder takes NAME's file name) is replaced if it exists. Neither side is
-        followed through a symlink; files over ``max_file_bytes`` are refused.
-        """
-        name, local = self._file_words("%console_get NAME [LOCAL]", line)
-        console = self._open_console("%console_get")
-        try:
-            data = console.get_file(name, max_bytes=self.max_file_bytes)
-        except BridgeError as exc:
-            raise _one_line(exc, host_line(_notebook_text(exc))) from None
-        target = Path(local).expanduser() if local else Path.cwd() / Path(name).name
-        if target.is_dir():
-            target = target / Path(name).name
-        try:
-            write_file(target.parent, target.name, data, replace=True)
-        except (OSError, BridgeError) as exc:
-            text = exc.message if isinstance(exc, BridgeError) else (exc.strerror or str(exc))
-            raise _one_line(exc, host_line(f"%console_get: cannot write {str(target)!r}: {text}")) from None
-        sys.stdout.write(f"{_PREFIX}{host_line(f'{name} -> {target} ({len(data)} bytes)')}\n")
-
     # ---------------------------------------------------------------- helpers
-    @staticmethod
-    def _file_words(usage: str, line: str) -> tuple[str, str | None]:
-        try:
-            words = shlex.split(line)
-        except ValueError as exc:
-            raise UsageError(f"{exc}; usage: {usage}") from None
-        if not 1 <= len(words) <= 2:
-            raise UsageError(f"usage: {usage}")
-        return words[0], (words[1] if len(words) == 2 else None)
-
     def _open_console(self, what: str) -> Console:
         if self.console is None or self.console.status().state == "closed":
             raise UsageError(f"{what}: no session is open; run a %%console cell first")
@@ -495,7 +422,7 @@ class ConsoleMagics:
             raise
         except KeyboardInterrupt as exc:
             self._settle(console, write)
-            raise _one_line(exc, _INTERRUPTED) from None
+            raise one_line(exc, _INTERRUPTED) from None
         finally:
             for stream, target in (("stdout", out), ("stderr", err)):
                 rest = hygiene[stream].flush()
@@ -512,7 +439,7 @@ class ConsoleMagics:
             answer = input(waiting.prompt or "")
         except (EOFError, StdinNotImplementedError):
             self._interrupt_waiting(console)
-            raise _one_line(
+            raise one_line(
                 CellError("the cell asked for input, which this frontend cannot give", result=waiting),
                 "CellError: the cell called input(), but this frontend does not offer stdin (nbclient, nbconvert); "
                 "the cell was interrupted and the session and its state are kept. Pass data through a file "
@@ -520,7 +447,7 @@ class ConsoleMagics:
             ) from None
         except KeyboardInterrupt as exc:
             self._interrupt_waiting(console)
-            raise _one_line(exc, _INTERRUPTED) from None
+            raise one_line(exc, _INTERRUPTED) from None
         result = console.send(stdin=answer + "\n")
         results = [result]
         on_output(result)

@@ -120,6 +120,14 @@ class Console(NotCopyable):
         self._check()
         return self._portal.call(lambda: self._async.get_file(name, max_bytes=max_bytes))
 
+    def push(self, name: str, value: Any) -> None:
+        self._check()
+        self._portal.call(self._async.push, name, value)
+
+    def pull(self, name: str, *, max_bytes: int = 100_000_000) -> Any:
+        self._check()
+        return self._portal.call(lambda: self._async.pull(name, max_bytes=max_bytes))
+
     def list_files(self, pattern: str = "**") -> list[str]:
         """The files in the session's TMPDIR matching ``pattern`` (see :meth:`AsyncConsole.list_files`)."""
         self._check()

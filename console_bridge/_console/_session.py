@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from console_bridge._connection._handles import ToolHandle
+from console_bridge._console import _values
 from console_bridge._console._files import check_glob, glob_match
 from console_bridge._console._observe import for_model, merge, split_chunk
 from console_bridge._console._outcome import outcome_dir_name
@@ -298,6 +299,16 @@ class AsyncConsole(ConsoleStart):
             return await anyio.to_thread.run_sync(lambda: self._tmp_files().get(name, max_bytes))
         except OSError as exc:
             raise NotAllowed(f"get_file({name!r}) failed: {exc.strerror or exc}; check the name") from None
+
+    async def push(self, name: str, value: Any) -> None:
+        """Bind ``name`` in the session's Python to a copy of ``value``: a pandas data frame (through
+        Parquet), a numpy array (``.npy``) or plain data (JSON). Nothing is pickled."""
+        await _values.push(self, name, value)
+
+    async def pull(self, name: str, *, max_bytes: int = 100_000_000) -> Any:
+        """A copy of the session's Python value ``name``: a data frame, an array or plain data, read on
+        the host by Parquet, ``.npy`` (no pickle) or JSON readers alone; anything else is refused."""
+        return await _values.pull(self, name, max_bytes=max_bytes)
 
     async def list_files(self, pattern: str = "**") -> list[str]:
         """The names (relative, sorted) of the regular files in the session's private TMPDIR that

@@ -356,3 +356,23 @@ def test_put_and_get_files_through_the_tmpdir_under_read_only(kernel: Kernel) ->
     assert refused.status == "error" and "symlink" in one_line(refused.error)
     assert kernel.run("%console_get").status == "error"  # usage
     assert not (kernel.workspace / "link.csv").exists()
+
+
+def test_push_and_pull_values_between_the_kernel_and_its_session(kernel: Kernel) -> None:
+    """Issue 31, item 4: ``%console_push NAME`` / ``%console_pull NAME`` (data frames through Parquet,
+    plain data through JSON; nothing unpickled in the kernel)."""
+    kernel.run(f"%%console {kernel.console_options}\nimport os").expect_ok()
+    kernel.run("import pandas as pd\nsales = pd.DataFrame({'region': ['n', 's'], 'revenue': [1.5, 2.5]})").expect_ok()
+    pushed = kernel.run("%console_push sales").expect_ok().stdout
+    assert "sales -> the session" in pushed
+    kernel.run("%%console\nsales['double'] = sales.revenue * 2\nsummary = {'total': float(sales.revenue.sum())}")
+    kernel.run("%console_pull sales").expect_ok()
+    kernel.run("%console_pull summary").expect_ok()
+    check = kernel.run("print(list(sales.columns), sales.double.tolist(), summary)").expect_ok().stdout
+    assert check.strip() == "['region', 'revenue', 'double'] [3.0, 5.0] {'total': 4.0}", check
+    missing = kernel.run("%console_push no_such_variable")
+    assert missing.status == "error" and "no variable" in missing.stderr + str(missing.error), missing.stderr
+    kernel.run("%%console\nimport threading\nlock = threading.Lock()").expect_ok()
+    not_plain = kernel.run("%console_pull lock")
+    assert not_plain.status == "error" and "pull" in one_line(not_plain.error)
+    assert kernel.run("%console_pull").status == "error"  # usage
