@@ -108,8 +108,10 @@ def write_artifacts(
     recording: Path | None,
     report: dict[str, Any],
     files: Sequence[tuple[str, bytes]] = (),
+    notebooks: Sequence[tuple[str, bytes]] = (),
 ) -> None:
-    """Write output.txt, the images, a copy of the recording and report.json into ``dest``.
+    """Write output.txt, the images, the executed notebooks, a copy of the recording and report.json
+    into ``dest``.
 
     Called after the session stopped. ``dest`` must still resolve to ``expected_real`` (what it
     resolved to before the run); inside it nothing is followed through a symlink: stale entries
@@ -136,6 +138,8 @@ def write_artifacts(
             write_file(fd, name, image.data)
         for name, data in files:  # collected from the TMPDIR (--collect); names checked by _hostfs
             write_file(fd, f"files/{name}", data)
+        for name, data in notebooks:  # (a file name: an earlier run's copy is replaced, never followed)
+            write_file(fd, name, data, replace=True)
         skipped: list[str] = []
         if recording is not None:
             skipped = copy_tree(recording.parent, recording.name, fd, "recording").skipped
@@ -146,6 +150,7 @@ def write_artifacts(
             "recording": "recording" if recording is not None else None,
             "recording_skipped": skipped,  # symlinks and special files, never copied
             "files": [f"files/{name}" for name, _data in files],
+            "notebooks": [name for name, _data in notebooks],
         }
         write_file(fd, "report.json", (json.dumps(report, indent=2) + "\n").encode("utf-8"))
     finally:

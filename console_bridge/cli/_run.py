@@ -27,8 +27,9 @@ from console_bridge._errors import BridgeError
 from console_bridge.cli import _artifacts as artifacts
 from console_bridge.cli._common import ExitCode, FiniteFloat, error_text, fail
 from console_bridge.cli._limit_options import NO_LIMIT, LimitSize, OrNone, limit_options, limits_from_options
+from console_bridge.cli._run_notebook import executed_notebooks, load_all
 from console_bridge.cli._run_session import STOP_SIGNALS, Stop, run_session
-from console_bridge.cli._run_sources import FileRun, load_sources
+from console_bridge.cli._run_sources import FileRun
 from console_bridge.cli._run_state import Options, RunState
 from console_bridge.cli._run_terminal import Terminal
 
@@ -58,6 +59,7 @@ def write_artifacts(dest: Path, expected_real: str, state: RunState, term: Termi
         output="".join(term.captured),
         images=state.images,
         files=state.collected,
+        notebooks=executed_notebooks(state.notebooks, state.files),
         recording=recording,
         report=state.report(opts, with_output=False),
     )
@@ -126,9 +128,9 @@ def execute(opts: Options, files: tuple[str, ...], language: str | None) -> int:
 
 def _execute(opts: Options, files: tuple[str, ...], language: str | None, stop: Stop) -> int:
     check_usage(opts)
-    sources = load_sources(files, language)
+    sources, notebooks = load_all(files, language, list(opts.parameters))
     expected_real = _artifacts_target(opts.artifacts) if opts.artifacts is not None else ""
-    state = RunState(files=[FileRun(source) for source in sources])
+    state = RunState(files=[FileRun(source) for source in sources], notebooks=notebooks)
     term = Terminal(stream=not opts.json_output, quiet=opts.quiet, raw=opts.raw)
     refused = artifacts.check_workspace(opts.workspace, opts.profile)
     stage = None
@@ -195,7 +197,8 @@ def _execute(opts: Options, files: tuple[str, ...], language: str | None, stop: 
         term.error(state.error, multiline=opts.debug)
     duration = (state.ended_at - state.started_at).total_seconds()
     done = sum(1 for run in state.files if run.status == "ok")
-    parts = [f"{done}/{len(state.files)} file{'s' if len(state.files) != 1 else ''} ok in {duration:.1f}s"]
+    unit = "cell" if state.notebooks else "file"  # (a notebook's code cells run as the run's cells)
+    parts = [f"{done}/{len(state.files)} {unit}{'s' if len(state.files) != 1 else ''} ok in {duration:.1f}s"]
     if state.recording is not None:
         parts.append(f"recording {state.recording['run_id']}")
     if opts.artifacts is not None:
@@ -213,7 +216,10 @@ RUN_HELP = """Run FILEs (or - for stdin) in one sandboxed MCP Console session, i
 \b
 The files share one session: a variable set by the first is there for the
 second. The language comes from the extension (.py, .R/.r, .sql) or
---language. The session is verified before any code runs: a qualified
+--language. A notebook (.ipynb) runs its code cells in order (%%console sql
+and %%console r cells in those languages) and is written, executed, to
+--artifacts; -p NAME VALUE sets its parameters (after the cell tagged
+'parameters'), --allow-errors runs on past a failing cell. The session is verified before any code runs: a qualified
 mcp-console, the sandbox of --profile exactly as advertised, no project config.
 Output streams as it arrives; the run stops at the first file that fails.
 
@@ -259,6 +265,7 @@ Examples:
   console-bridge run --profile workspace --writable-root ./out job.py
   echo 'print(6 * 7)' | console-bridge run -
   console-bridge run --json query.sql > result.json
+  console-bridge run --artifacts out -p year 2025 analysis.ipynb
 """
 
 
@@ -436,6 +443,23 @@ RETENTION = _Retention()
     ),
 )
 @click.option(
+    "-p",
+    "--parameter",
+    "parameters",
+    nargs=2,
+    multiple=True,
+    metavar="NAME VALUE",
+    help=(
+        "A notebook's parameter, papermill-style (repeatable): set in a cell added after the one tagged "
+        "'parameters' (a Python literal when VALUE parses as one, else a string)."
+    ),
+)
+@click.option(
+    "--allow-errors",
+    is_flag=True,
+    help="A notebook's failing cell does not stop the run (its error is in the executed notebook); exit 0.",
+)
+@click.option(
     "--max-output",
     "max_output",
     type=OrNone(LimitSize()),
@@ -475,5 +499,7 @@ def run_command(ctx: click.Context, /, files: tuple[str, ...], language: str | N
         env=options["env"],
         collect=tuple(options["collect"]),
         max_output=None if options["max_output"] == NO_LIMIT else options["max_output"],
+        parameters=tuple(options["parameters"]),
+        allow_errors=options["allow_errors"],
     )
     ctx.exit(execute(opts, files, language.lower() if language else None))

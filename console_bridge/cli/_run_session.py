@@ -307,6 +307,7 @@ async def _run_file(
         run.elapsed = time.monotonic() - started
         state.cell_time += run.elapsed
         term.end_file()
+    run.result = result
     _keep_whole(run, result, term, mark)
     if result.waiting_for_input:
         with contextlib.suppress(BridgeError):
@@ -320,6 +321,10 @@ async def _run_file(
         )
         return False
     why = code_error(result)
+    if why is not None and opts.allow_errors and run.source.notebook_cell is not None:
+        run.status, run.error = "error", why  # (in the executed notebook; the run goes on: --allow-errors)
+        term.info(f"{name}: {why}; --allow-errors: the next cell runs")
+        return True
     if why is not None:
         run.status, run.error = "error", why
         where = "the output above" if term.stream else "its output"

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from console_bridge._results import CellResult
 from console_bridge.cli._detect import language_for
 
 __all__ = ["FileRun", "Source", "load_sources"]
@@ -22,6 +23,7 @@ class Source:
     path: str | None
     language: str
     code: str
+    notebook_cell: int | None = None  # a notebook's cell: its index among the notebook's cells
 
 
 @dataclass
@@ -37,6 +39,7 @@ class FileRun:
     error: str | None = None
     truncated: bool = False  # past --max-output: the head and tail kept
     omitted_bytes: int = 0
+    result: CellResult | None = None  # the whole cell (a notebook's cell gets its outputs from it)
 
     @property
     def output(self) -> str:
@@ -68,7 +71,8 @@ def load_sources(files: tuple[str, ...], language: str | None) -> list[Source]:
         lang = language or ("python" if name == "-" else language_for(name))
         if lang is None:
             raise click.UsageError(
-                f"cannot tell the language of {name!r} from its extension (known: .py, .R/.r, .sql); pass --language"
+                f"cannot tell the language of {name!r} from its extension (known: .py, .R/.r, .sql, .ipynb); pass "
+                "--language"
             )
         if name == "-":
             code = sys.stdin.read()

@@ -43,6 +43,8 @@ class Options:
     collect: tuple[str, ...] = ()
     collect_max_bytes: int = 512 * 1024 * 1024  # all collected files together, held in memory until written
     max_output: int | None = 10 * 1024 * 1024  # a cell's output kept whole (past it, head and tail)
+    parameters: tuple[tuple[str, str], ...] = ()  # a notebook's -p NAME VALUE
+    allow_errors: bool = False  # a notebook's failing cell does not stop the run
 
 
 @dataclass
@@ -67,6 +69,7 @@ class RunState:
     retention: str | None = None
     collected: list[tuple[str, bytes]] = field(default_factory=list)
     collect_skipped: list[str] = field(default_factory=list)
+    notebooks: dict[str, Any] = field(default_factory=dict)  # the notebooks run, by absolute path
     stop_signal: str | None = None  # the stop signal that ended the run (SIGTERM, SIGINT, SIGHUP)
 
     def fail(self, code: ExitCode, message: str) -> None:
