@@ -248,7 +248,9 @@ def notebook(cells: list[dict[str, Any]], *, title: str, info: dict[str, Any], n
                 "execution_count": count,
                 "metadata": metadata,
                 "outputs": outputs,
-                "source": f"{_MAGIC.get(language, '%%console')}\n{cell['code']}",
+                # (code that begins with a blank line stands in for a magic line: `run x.ipynb` sends a
+                # cell so, its line numbers kept; the magic takes that line again)
+                "source": f"{_MAGIC.get(language, '%%console')}\n{cell['code'].removeprefix(chr(10))}",
             }
         )
     return {

@@ -43,11 +43,12 @@ def _cell_code(source: str, default: str, where: str) -> tuple[str, str] | None:
         if words[0] != "%%console":
             raise click.UsageError(f"{where} is a {words[0]} cell; `run` executes %%console and plain code cells only")
         language = words[1] if len(words) > 1 and words[1] in _LANGUAGES else "python"
-        lines = lines[1:]
+        lines = ["", *lines[1:]]  # (a blank line for each line left out: tracebacks keep the cell's numbers)
     kept: list[str] = []
     for line in lines:
         stripped = line.strip()
         if stripped.startswith(_SKIPPED_MAGICS) and "console_bridge" in stripped:
+            kept.append("")
             continue
         if language == "python" and (stripped.startswith(("%", "!")) and not stripped.startswith("%%")):
             raise click.UsageError(

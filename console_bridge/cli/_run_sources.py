@@ -54,12 +54,33 @@ class FileRun:
             "elapsed_s": None if self.elapsed is None else round(self.elapsed, 3),
             "images": list(self.images),
             "error": self.error,
+            "failure": self._failure(),
+            "usage": self._usage(),
             "truncated": self.truncated,
             "omitted_bytes": self.omitted_bytes,
         }
         if with_output:
             data["output"] = self.output
         return data
+
+
+    def _failure(self) -> dict[str, str] | None:
+        """The code's failure as the worker reported it (name, message, kind, traceback), else None."""
+        error = self.result.error if self.result is not None else None
+        if error is None:
+            return None
+        return {"name": error.name, "message": error.message, "kind": error.kind, "traceback": error.traceback}
+
+    def _usage(self) -> dict[str, float | int | None] | None:
+        """What the cell used (CPU and wall seconds, the memory it added at most), where measured."""
+        usage = self.result.usage if self.result is not None else None
+        if usage is None:
+            return None
+        return {
+            "cpu_seconds": round(usage.cpu_seconds, 3) if usage.cpu_seconds is not None else None,
+            "wall_seconds": round(usage.wall_seconds, 3) if usage.wall_seconds is not None else None,
+            "memory_peak": usage.memory_peak,
+        }
 
 
 def load_sources(files: tuple[str, ...], language: str | None) -> list[Source]:

@@ -136,3 +136,19 @@ def test_a_file_that_tampers_with_the_outcome_log_fails_the_run(cb: Runner, tmp_
     errors = _errors(proc.stderr)
     assert any("a.py" in line and "tampered" in line for line in errors), proc.stderr
     assert "3/3 files ok" not in proc.stderr + proc.stdout
+
+
+def test_the_report_carries_each_files_structured_failure_and_usage(cb: Runner, tmp_path: Path) -> None:
+    """Issue 31, item 6: report.json had a bare-string error and no usage."""
+    import json
+
+    write(tmp_path, "ok.py", "x = bytearray(32 << 20)\nprint(len(x))\n")
+    write(tmp_path, "bad.py", "def f():\n    raise KeyError('missing')\nf()\n")
+    proc = cb("run", "--recordings-dir", "recs", "--artifacts", "out", "ok.py", "bad.py")
+    assert proc.returncode == 1, proc.stderr
+    files = json.loads((tmp_path / "out" / "report.json").read_text())["files"]
+    assert files[0]["failure"] is None and files[0]["usage"]["wall_seconds"] > 0
+    assert files[0]["usage"]["cpu_seconds"] is not None
+    failure = files[1]["failure"]
+    assert failure["name"] == "KeyError" and failure["kind"] == "exception" and "missing" in failure["message"]
+    assert "line 2" in failure["traceback"] and "line 3" in failure["traceback"], failure["traceback"]

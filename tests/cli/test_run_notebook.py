@@ -34,7 +34,7 @@ def _notebook(path: Path, *, fail: bool) -> Path:
         nbformat.v4.new_code_cell("%%console sql\nselect 40 + 2 as answer"),
     ]
     if fail:
-        cells.append(nbformat.v4.new_code_cell("raise ValueError('boom')"))
+        cells.append(nbformat.v4.new_code_cell("%%console\nx = 1\nraise ValueError('boom')"))
     cells.append(nbformat.v4.new_code_cell("print('last cell ran')"))
     notebook = nbformat.v4.new_notebook()
     notebook.cells = cells
@@ -83,6 +83,7 @@ def test_a_notebook_runs_to_its_first_failure_and_is_written_executed(cb: Runner
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["artifacts"]["notebooks"] == ["sales.ipynb"]
     assert [f["status"] for f in report["files"]][-2:] == ["error", "not run"]
+    assert "line 3" in report["files"][-2]["failure"]["traceback"]  # the cell's own line numbers
 
 
 def test_allow_errors_runs_on_and_exits_0(cb: Runner, tmp_path: Path) -> None:
@@ -104,6 +105,8 @@ def test_an_exported_session_runs_again_to_the_same_outputs(cb: Runner, tmp_path
     before = [_texts(cell) for cell in _code_cells(tmp_path / "out" / "sales.ipynb") if cell.execution_count]
     after = [_texts(cell) for cell in _code_cells(tmp_path / "out2" / "exported.ipynb") if cell.execution_count]
     assert after == before, (before, after)
+    sources = [cell.source for cell in _code_cells(exported)]
+    assert "%%console\nn = 3\nlabel = 'base'\n" in sources, sources  # no line added by the round trip
 
 
 @pytest.mark.parametrize("line", ["!pip install requests", "%console_put data.csv", "%%bash\necho hi"])
