@@ -15,7 +15,7 @@ One verified, sandboxed session per kernel, opened by the first ``%%console`` ce
 ``%%console [python|sql|r] [--profile P] [--workspace DIR] [--timeout S] [--poll-window S]
 [--recordings-dir DIR] [--python VENV] [--languages python,sql,r]`` runs the cell in the kernel's
 session (``--python``: the venv the worker's Python runs in). The session offers R from its first
-cell when R is installed (``--languages`` on the first cell chooses); a cell in a language the
+cell when it is an R cell or names ``--languages`` (R makes each start 2-5 s slower); a cell in a language the
 open session lacks is refused, state kept, unless it names ``--languages`` (which reopens).
 Output streams into the cell as it arrives, stdout and stderr on their own streams;
 ``display()`` calls, plots and rich objects (DataFrames as HTML tables, SQL results,
@@ -180,9 +180,9 @@ class ConsoleMagics(TransferMagics):
         self.shell = shell
         #: the largest file %console_put / %console_get copy
         self.max_file_bytes = max_file_bytes
-        #: what the first session opens with (unless its cell says --languages): R too when it is installed,
-        #: so a later %%console r cell never has to replace the session and lose its state
-        self.default_languages: tuple[str, ...] = ("python", "sql", "r") if shutil.which("R") else ("python", "sql")
+        #: what the first session opens with (unless its cell says --languages, or is an R cell): R only when
+        #: asked, since finding R's environment makes every start 2-5 s slower (the opening line says how)
+        self.default_languages: tuple[str, ...] = ("python", "sql")
         self.settle_timeout = settle_timeout
         self.retry_interval = retry_interval
         self.acquire_timeout = acquire_timeout
@@ -360,6 +360,8 @@ class ConsoleMagics(TransferMagics):
             f"opened a {status.profile!r} session on {status.workspace} "
             f"(mcp-console {status.version}, pid {status.pid})"
         )
+        if "r" not in spec.languages and shutil.which("R"):
+            opened += "; R is installed but not in this session: `--languages python,sql,r` on a %%console line adds it"
         sys.stderr.write(f"{_PREFIX}{host_line(opened)}\n")
         return console
 

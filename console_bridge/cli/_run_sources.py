@@ -63,7 +63,6 @@ class FileRun:
             data["output"] = self.output
         return data
 
-
     def _failure(self) -> dict[str, str] | None:
         """The code's failure as the worker reported it (name, message, kind, traceback), else None."""
         error = self.result.error if self.result is not None else None

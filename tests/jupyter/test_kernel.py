@@ -154,8 +154,7 @@ def test_status_shows_the_verified_sandbox(kernel: Kernel) -> None:
     assert f"workspace   {kernel.workspace}\n" in out
     assert "profile     read-only\n" in out
     assert "sandbox     sandboxed=True, network=restricted, writable=[tmpdir]" in out
-    langs = "python, sql, r" if shutil.which("R") else "python, sql"  # R from the first cell where installed
-    assert f"languages   {langs}; poll window 1 s\n" in out
+    assert "languages   python, sql; poll window 1 s\n" in out  # R only when asked
     assert f"recording   {kernel.recordings}" in out
     assert re.search(r"usage       cpu \d+\.\d s, memory \d+ MiB \(peak \d+ MiB\), \d+ processes", out), out
     assert psutil.pid_exists(server_pid(kernel))
@@ -250,7 +249,8 @@ def test_the_blocking_console_works_in_the_kernels_running_loop(kernel: Kernel) 
 
 @pytest.mark.skipif(shutil.which("R") is None, reason="R is not installed")
 def test_an_r_cell_runs_in_the_first_session_and_keeps_python_state(kernel: Kernel) -> None:
-    kernel.run(f"%%console {kernel.console_options}\nkept = 'python state'").expect_ok()
+    opened = kernel.run(f"%%console {kernel.console_options} --languages python,sql,r\nkept = 'python state'")
+    assert "R is installed but not" not in opened.expect_ok().stderr
     pid = server_pid(kernel)
     run = kernel.run("%%console r\nx <- c(1, 2, 3)\nprint(sum(x))").expect_ok()
     assert run.stdout == "[1] 6\n" and "closing the session" not in run.stderr
@@ -260,7 +260,9 @@ def test_an_r_cell_runs_in_the_first_session_and_keeps_python_state(kernel: Kern
 
 
 def test_a_language_the_session_lacks_is_refused_with_its_state_kept(kernel: Kernel) -> None:
-    kernel.run(f"%%console {kernel.console_options} --languages python,sql\nkept = 1").expect_ok()
+    first = kernel.run(f"%%console {kernel.console_options} --languages python,sql\nkept = 1").expect_ok()
+    if shutil.which("R") and "opened a" in first.stderr:  # R only when asked: the opening line says how
+        assert "R is installed but not in this session: `--languages python,sql,r`" in first.stderr, first.stderr
     refused = kernel.run("%%console r\nprint(1)")
     assert refused.status == "error" and "--languages python,sql,r" in refused.stderr, refused.stderr
     assert kernel.run("%%console\nprint(kept)").expect_ok().stdout == "1\n"
