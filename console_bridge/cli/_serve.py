@@ -64,6 +64,7 @@ class ServeConfig:
     tokens: Path | None = None
     replica: str | None = None
     allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
     console_options: dict[str, Any] = field(default_factory=dict)
     workspace: Path = Path(".")
     serve_options: ServeOptions = field(default_factory=ServeOptions)
@@ -286,7 +287,9 @@ async def _serve_http(
         settle_timeout=config.serve_options.settle_timeout,
         id_prefix=f"{config.replica}." if config.replica else "",
     )
-    gate = Gate(consoles=consoles, identities=identities, options=GateOptions(allowed_origins=config.allowed_origins))
+    hosts = None if config.host not in LOOPBACK_HOSTS and not config.allowed_hosts else config.allowed_hosts
+    options = GateOptions(allowed_origins=config.allowed_origins, allowed_hosts=hosts)
+    gate = Gate(consoles=consoles, identities=identities, options=options)
     server = build_server(consoles, template, gate.caller, config.serve_options)
     gate.server = server
     gate.plain_tool = template.send.name
@@ -476,6 +479,13 @@ Examples:
     help="HTTP: this server's name behind a load balancer; every console_id starts with NAME. (route on it).",
 )
 @click.option("--allow-origin", "allowed_origins", multiple=True, metavar="ORIGIN", help="HTTP: an allowed Origin.")
+@click.option(
+    "--allow-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="HTTP: a Host name requests may carry besides loopback ones (a reverse proxy's; DNS rebinding protection).",
+)
 @click.option("--profile", default="read-only", show_default=True, metavar="NAME|FILE", help="Sandbox profile.")
 @click.option(
     "--workspace",
@@ -546,6 +556,7 @@ def serve_command(ctx: click.Context, /, **options: Any) -> None:
         tokens=options["tokens"],
         replica=options["replica"],
         allowed_origins=tuple(options["allowed_origins"]),
+        allowed_hosts=tuple(options["allowed_hosts"]),
         console_options=console_options,
         workspace=options["workspace"],
     )

@@ -46,7 +46,7 @@ from console_bridge.cli._serve_events import BoundedEventStore
 from console_bridge.cli._serve_identity import Identities
 from console_bridge.cli._serve_mcp import Caller
 
-__all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "opening_refusal", "origin_allowed", "plain_reply"]
+__all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "host_allowed", "opening_refusal", "origin_allowed", "plain_reply"]
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _log = logging.getLogger("console_bridge.serve")
@@ -160,6 +160,22 @@ class GateOptions:
     path: str = "/mcp"
     allowed_origins: tuple[str, ...] = ()
     max_body_bytes: int = 16 * 1024 * 1024  # a larger request body is refused (413) by the SDK
+    #: the ``Host`` names requests may carry besides loopback ones (a reverse proxy's); None: any (a server
+    #: listening beyond loopback, given no --allow-host)
+    allowed_hosts: tuple[str, ...] | None = ()
+
+
+def host_allowed(host: str | None, allowed: tuple[str, ...] | None) -> bool:
+    """DNS rebinding: a server on loopback answers only requests addressed to a loopback name (or one
+    ``--allow-host`` names); a page of another site whose name was re-pointed at 127.0.0.1 is refused."""
+    if allowed is None:
+        return True
+    name = (host or "").strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    return name in LOOPBACK_HOSTS or name in {a.lower() for a in allowed}
 
 
 @dataclass(eq=False)
@@ -202,6 +218,14 @@ class Gate:
                 await _preflight(send, origin, headers.get("access-control-request-headers"))
                 return
             send = _with_cors(send, origin)
+        if not host_allowed(headers.get("host"), self.options.allowed_hosts):
+            await _respond(
+                send,
+                421,
+                f"Host {headers.get('host', '')!r} is not this server's (DNS rebinding protection); behind a reverse "
+                "proxy, name it with --allow-host",
+            )
+            return
         identity = self.identities.authenticate(headers.get("authorization"))
         if identity is None:
             await _respond(send, 401, "missing or wrong bearer token", {"www-authenticate": "Bearer"})
@@ -408,7 +432,8 @@ def _with_cors(send: Send, origin: str) -> Send:
 
 
 async def _respond(send: Send, status: int, message: str, extra: dict[str, str] | None = None) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
+    code = -32700 if message.startswith("Parse error") else -32600  # (JSON-RPC's codes: not JSON, not a request)
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -352,3 +352,20 @@ async def test_a_browser_client_of_an_allowed_origin_passes_cors(http_server: An
             headers={**ACCEPT, "Authorization": f"Bearer {server.token}", "Origin": "https://evil.example"},
         )
         assert evil.status_code == 403 and "access-control-allow-origin" not in evil.headers
+
+
+async def test_dns_rebinding_and_parse_errors(http_server: Any, tmp_path: Path) -> None:
+    """Issue 32: no Host check (a page of a site re-pointed at 127.0.0.1 could drive the server with a
+    stolen token), and a body that is not JSON answered -32600 (JSON-RPC says -32700)."""
+    server: HttpServer = http_server("--warm", "0", "--allow-host", "mcp.example.com")
+    auth = {**ACCEPT, "Authorization": f"Bearer {server.token}"}
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
+        rebound = await http.post(server.url, json=INIT, headers={**auth, "Host": "evil.example:8765"})
+        assert rebound.status_code == 421 and "DNS rebinding" in rebound.text and "--allow-host" in rebound.text
+        proxied = await http.post(server.url, json=INIT, headers={**auth, "Host": "mcp.example.com"})
+        assert proxied.status_code == 200, proxied.text
+        loopback = await http.post(server.url, json=INIT, headers={**auth, "Host": "localhost:1234"})
+        assert loopback.status_code == 200, loopback.text
+        broken = await http.post(server.url, content=b"{not json", headers=auth)
+        assert broken.status_code == 400 and broken.json()["error"]["code"] == -32700, broken.text
+    assert sessions_started(tmp_path) == 0
