@@ -73,6 +73,9 @@ class Consoles:
     _ended: OrderedDict[str, tuple[Owner, str]] = field(default_factory=OrderedDict)
     _session_ended: OrderedDict[str, str] = field(default_factory=OrderedDict)
     _tg: TaskGroup | None = None
+    #: this server process's mark in every console_id it hands out: a handle of another process (a client
+    #: that starts a server per call, over stdio) is told apart from an unknown one
+    instance: str = field(default_factory=lambda: secrets.token_hex(3))
 
     # ----------------------------------------------------------------- claims
     async def open(self, identity: Owner, session: str | None = None) -> Held:
@@ -84,7 +87,7 @@ class Consoles:
             if spare is not None:
                 self.spare = spare
             console = await self._claim(identity)
-        console_id = self.id_prefix + secrets.token_urlsafe(24)
+        console_id = f"{self.id_prefix}{self.instance}-{secrets.token_urlsafe(24)}"
         held = Held(console_id=console_id, console=console, identity=identity, session=session)
         self.held[held.console_id] = held
         return held
@@ -134,6 +137,14 @@ class Consoles:
         ended = self._ended.get(console_id)
         if held is None and ended is not None and ended[0] == identity:
             raise ConnectionClosed(f"console {console_id} was {ended[1]}; call {OPEN} for a new console")
+        if not console_id.startswith(f"{self.id_prefix}{self.instance}-"):
+            raise NotAllowed(
+                f"console_id {console_id!r} is not from this server process: a console lives as long as the "
+                "`console-bridge serve` that opened it, and a client that starts a server per call (over stdio: "
+                "langchain's get_tools(), the Inspector CLI) gets a new one each time, with none of the old state. "
+                f"Send without console_id to use this connection's console; calling {OPEN} again does not bring "
+                "the old one back. Keep one client session open across calls, or use --transport http"
+            )
         raise NotAllowed(
             f"unknown console_id {console_id!r} (handles belong to the client that opened them and end when "
             f"their console closes); call {OPEN} for a console"

@@ -226,10 +226,20 @@ async def test_handles_in_both_eras(tmp_path: Path) -> None:
         gone = await session.call_tool("send", {"python": "1", "console_id": console_id})
         assert gone.is_error and "console_open" in text(gone) and "console_close" in text(gone)
         made_up = await session.call_tool("send", {"python": "1", "console_id": "A" * 32})
-        assert made_up.is_error and "unknown console_id" in text(made_up) and "console_open" in text(made_up)
+        assert made_up.is_error and "not from this server process" in text(made_up) and "console_open" in text(made_up)
+        ours_unknown = await session.call_tool("send", {"python": "1", "console_id": console_id[:7] + "B" * 32})
+        assert ours_unknown.is_error and "unknown console_id" in text(ours_unknown)
+    await wait_gone(tmp_path)
+    # a client that starts a server per call (langchain's get_tools(), the Inspector CLI): the handle of the
+    # last process is told apart, and the text does not invite a loop on console_open
+    async with stdio_client(params(tmp_path)) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        stale = await session.call_tool("send", {"python": "1", "console_id": console_id})
+        assert stale.is_error and "not from this server process" in text(stale), text(stale)
+        assert "does not bring the old one back" in text(stale) and "--transport http" in text(stale)
     await wait_gone(tmp_path)
     assert leftovers(tmp_path) == []
-    assert len(recordings_of(tmp_path)) == 2 and all(finalized(run) for run in recordings_of(tmp_path))
+    assert len(recordings_of(tmp_path)) == 3 and all(finalized(run) for run in recordings_of(tmp_path))
 
     async with Client(params(tmp_path), mode="2026-07-28") as client:
         assert client.protocol_version == "2026-07-28"
