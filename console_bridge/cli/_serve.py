@@ -35,7 +35,7 @@ from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
 from console_bridge.cli._common import PREFIX, ExitCode, FiniteFloat, error_text, exit_code_for, fail
-from console_bridge.cli._limit_options import limit_options, limits_from_options
+from console_bridge.cli._limit_options import NO_LIMIT, OrNone, limit_options, limits_from_options
 from console_bridge.cli._output import host_line
 from console_bridge.cli._serve_consoles import Consoles
 from console_bridge.cli._serve_contract import Lifetimes
@@ -57,6 +57,7 @@ class ServeConfig:
     max_sessions: int = 8
     max_per_client: int | None = None
     idle_timeout: float | None = 600.0
+    reclaim_idle: float | None = 60.0
     max_lifetime: float | None = None
     max_cell_time: float | None = None
     acquire_timeout: float = 1.0
@@ -134,7 +135,11 @@ async def serve_stdio(config: ServeConfig) -> None:
             first = await manager.open(owner=identity)
             template = learn(first, config.lifetimes)
             consoles = Consoles(
-                manager, config.lifetimes, settle_timeout=config.serve_options.settle_timeout, spare=first
+                manager,
+                config.lifetimes,
+                settle_timeout=config.serve_options.settle_timeout,
+                spare=first,
+                reclaim_idle=config.reclaim_idle,
             )
             caller = Caller(identity=identity, session="stdio")
             calls = tool_calls(consoles, template, config.serve_options)
@@ -286,6 +291,7 @@ async def _serve_http(
         config.lifetimes,
         settle_timeout=config.serve_options.settle_timeout,
         id_prefix=f"{config.replica}." if config.replica else "",
+        reclaim_idle=config.reclaim_idle,
     )
     hosts = None if config.host not in LOOPBACK_HOSTS and not config.allowed_hosts else config.allowed_hosts
     options = GateOptions(allowed_origins=config.allowed_origins, allowed_hosts=hosts)
@@ -447,6 +453,17 @@ Examples:
     help="A console with no call and no running cell for this long is closed.",
 )
 @click.option(
+    "--reclaim-idle",
+    type=OrNone(FiniteFloat(min=0, min_open=True)),
+    default="60",
+    show_default=True,
+    metavar="SECONDS|none",
+    help=(
+        "When every console is taken, one idle this long is closed for a new claim (a client that went away "
+        "without closing does not hold it until --idle-timeout); none: never."
+    ),
+)
+@click.option(
     "--max-lifetime",
     type=FiniteFloat(min=0, min_open=True),
     metavar="SECONDS",
@@ -549,6 +566,7 @@ def serve_command(ctx: click.Context, /, **options: Any) -> None:
         max_sessions=options["max_sessions"],
         max_per_client=options["max_per_client"],
         idle_timeout=options["idle_timeout"],
+        reclaim_idle=None if options["reclaim_idle"] == NO_LIMIT else options["reclaim_idle"],
         max_lifetime=options["max_lifetime"],
         max_cell_time=options["max_cell_time"],
         acquire_timeout=options["acquire_timeout"],

@@ -67,6 +67,9 @@ class Consoles:
     check_interval: float = 1.0  # how often limits are checked
     spare: AsyncConsole | None = None  # claimed at launch (stdio): serves its owner's first claim
     id_prefix: str = ""  # "NAME." with --replica NAME: a proxy routes a console_id by its prefix
+    #: when every console is taken, one idle this long (seconds) is closed for a new claim: a client that
+    #: went away without closing (a one-shot CLI, a crashed agent) does not hold a console until --idle-timeout
+    reclaim_idle: float | None = 60.0
     held: dict[str, Held] = field(default_factory=dict)
     _sessions: dict[str, str] = field(default_factory=dict)  # MCP session key -> console_id of its own console
     _claiming: dict[str, anyio.Lock] = field(default_factory=dict)
@@ -94,7 +97,12 @@ class Consoles:
 
     async def _claim(self, identity: Owner) -> AsyncConsole:
         try:
-            return await self.manager.open(owner=identity)
+            try:
+                return await self.manager.open(owner=identity)
+            except Busy:
+                if not await self._reclaim():
+                    raise
+                return await self.manager.open(owner=identity)
         except Busy:
             raise Busy(
                 f"no console is free: all {self.manager.max_sessions} are in use or starting (--max-sessions); "
@@ -105,6 +113,22 @@ class Consoles:
                 f"client {identity!s} already holds {self.manager.max_per_owner} console(s) (--max-per-client); "
                 f"close one with {CLOSE} first"
             ) from None
+
+    async def _reclaim(self) -> bool:
+        """Every console is taken: close the one idle longest, when idle for ``reclaim_idle`` or more."""
+        if self.reclaim_idle is None:
+            return False
+        now = time.monotonic()
+        idle = [held for held in self.held.values() if not held.busy() and now - held.last_used >= self.reclaim_idle]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda held: held.last_used)
+        why = (
+            f"closed after {now - oldest.last_used:.0f} s without use, when every console was taken and another "
+            f"client needed one (idle {self.reclaim_idle:g} s or more: --reclaim-idle)"
+        )
+        await self._retire(oldest, why)
+        return True
 
     async def resolve(self, identity: Owner, console_id: str | None, session: str | None) -> Held:
         """The console a call names (``console_id``), or the session's own (claimed now if new)."""

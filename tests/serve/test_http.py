@@ -369,3 +369,26 @@ async def test_dns_rebinding_and_parse_errors(http_server: Any, tmp_path: Path) 
         broken = await http.post(server.url, content=b"{not json", headers=auth)
         assert broken.status_code == 400 and broken.json()["error"]["code"] == -32700, broken.text
     assert sessions_started(tmp_path) == 0
+
+
+async def test_a_console_abandoned_by_its_client_is_reclaimed_when_another_needs_one(
+    http_server: Any, tmp_path: Path
+) -> None:
+    """Issue 32: one-shot clients (the Inspector CLI's `send` without a console_id) left idle consoles for
+    --idle-timeout (600 s), and a few filled --max-sessions. Now, when every console is taken, one idle for
+    --reclaim-idle is closed for the new claim; one in use never is, and its client is told why."""
+    server: HttpServer = http_server(
+        "--warm", "0", "--max-sessions", "1", "--reclaim-idle", "1", "--acquire-timeout", "0.5"
+    )
+    async with client(server) as gone, client(server) as newcomer:
+        await gone.call_tool("send", {"python": "kept = 1"})  # then its client goes away without closing
+        busy = await newcomer.call_tool("send", {"python": "1"})
+        assert busy.is_error and "no console is free" in text(busy)  # in use a moment ago: kept
+        await anyio.sleep(1.5)
+        served = await newcomer.call_tool("send", {"python": "6 * 7"})
+        assert text(served).strip() == "42", text(served)
+        told = await gone.call_tool("send", {"python": "kept"})
+        assert told.is_error and "another client needed one" in text(told) and "--reclaim-idle" in text(told)
+        assert sessions_started(tmp_path) == 1
+    assert server.stop() == 0
+    assert leftovers(tmp_path) == []
