@@ -57,6 +57,7 @@ class ServeConfig:
     max_sessions: int = 8
     max_per_client: int | None = None
     idle_timeout: float | None = 600.0
+    session_idle_timeout: float | None = 180.0
     reclaim_idle: float | None = 60.0
     max_lifetime: float | None = None
     max_cell_time: float | None = None
@@ -73,7 +74,13 @@ class ServeConfig:
     @property
     def lifetimes(self) -> Lifetimes:
         lifetime = self.max_lifetime if self.max_lifetime is not None else DEFAULT_MAX_LIFETIME[self.transport]
-        return Lifetimes(idle_timeout=self.idle_timeout, max_lifetime=lifetime, max_cell_time=self.max_cell_time)
+        return Lifetimes(
+            idle_timeout=self.idle_timeout,
+            max_lifetime=lifetime,
+            max_cell_time=self.max_cell_time,
+            # over stdio the process is the session: its console lives to --idle-timeout
+            session_idle_timeout=self.session_idle_timeout if self.transport == "http" else None,
+        )
 
 
 #: A --replica name: it prefixes console ids (a token_urlsafe never contains the "." that ends it).
@@ -453,6 +460,17 @@ Examples:
     help="A console with no call and no running cell for this long is closed.",
 )
 @click.option(
+    "--session-idle-timeout",
+    type=OrNone(FiniteFloat(min=0, min_open=True)),
+    default="180",
+    show_default=True,
+    metavar="SECONDS|none",
+    help=(
+        "HTTP: an MCP session's own console (sends without console_id) is closed after its session made no "
+        "request this long; none: --idle-timeout alone."
+    ),
+)
+@click.option(
     "--reclaim-idle",
     type=OrNone(FiniteFloat(min=0, min_open=True)),
     default="60",
@@ -567,6 +585,7 @@ def serve_command(ctx: click.Context, /, **options: Any) -> None:
         max_per_client=options["max_per_client"],
         idle_timeout=options["idle_timeout"],
         reclaim_idle=None if options["reclaim_idle"] == NO_LIMIT else options["reclaim_idle"],
+        session_idle_timeout=None if options["session_idle_timeout"] == NO_LIMIT else options["session_idle_timeout"],
         max_lifetime=options["max_lifetime"],
         max_cell_time=options["max_cell_time"],
         acquire_timeout=options["acquire_timeout"],

@@ -255,6 +255,16 @@ class Consoles:
                 why = f"closed after {limits.max_lifetime:g} s, the longest a console lives here (--max-lifetime)"
             elif limits.idle_timeout is not None and not held.busy() and now - held.last_used >= limits.idle_timeout:
                 why = f"closed after {limits.idle_timeout:g} s without use (--idle-timeout)"
+            elif (
+                limits.session_idle_timeout is not None
+                and held.session is not None
+                and not held.busy()
+                and now - held.last_used >= limits.session_idle_timeout
+            ):
+                why = (
+                    f"closed after {limits.session_idle_timeout:g} s with no request on its MCP session "
+                    "(--session-idle-timeout; a console_open handle lives to --idle-timeout)"
+                )
             if why is not None:
                 self._spawn(self._retire, held, why)
             elif (

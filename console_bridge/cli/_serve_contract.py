@@ -54,6 +54,8 @@ class Lifetimes:
     idle_timeout: float | None = 600.0
     max_lifetime: float | None = 3600.0
     max_cell_time: float | None = None
+    #: an MCP session's own console (no handle) is closed after its session made no request this long
+    session_idle_timeout: float | None = 180.0
 
     def describe(self) -> str:
         parts = []
@@ -63,6 +65,11 @@ class Lifetimes:
             parts.append(f"closed {self.max_lifetime:g} s after it opened")
         if self.max_cell_time is not None:
             parts.append(f"a cell running longer than {self.max_cell_time:g} s is interrupted (state kept)")
+        if self.session_idle_timeout is not None:
+            parts.append(
+                f"a session's own console (no console_id) is closed {self.session_idle_timeout:g} s after the "
+                "session's last request"
+            )
         return "; ".join(parts) if parts else "no time limits"
 
 

@@ -392,3 +392,24 @@ async def test_a_console_abandoned_by_its_client_is_reclaimed_when_another_needs
         assert sessions_started(tmp_path) == 1
     assert server.stop() == 0
     assert leftovers(tmp_path) == []
+
+
+async def test_a_quiet_mcp_session_releases_its_own_console(http_server: Any, tmp_path: Path) -> None:
+    """Issue 32, item 3: an MCP session with no request for --session-idle-timeout releases its own console
+    (told on its next use); a console_open handle lives to --idle-timeout."""
+    server: HttpServer = http_server("--warm", "0", "--session-idle-timeout", "1")
+    async with client(server) as quiet:
+        await quiet.call_tool("send", {"python": "kept = 1"})
+        opened = await quiet.call_tool("console_open", {})
+        assert opened.structured_content is not None
+        handle = opened.structured_content["console_id"]
+        deadline = time.monotonic() + 20
+        while sessions_started(tmp_path) > 1 and time.monotonic() < deadline:
+            await anyio.sleep(0.2)
+        assert sessions_started(tmp_path) == 1  # the session's own console closed, the handle's kept
+        told = await quiet.call_tool("send", {"python": "kept"})
+        assert told.is_error and "--session-idle-timeout" in text(told), text(told)
+        kept = await quiet.call_tool("send", {"python": "6 * 7", "console_id": handle})
+        assert text(kept).strip() == "42"
+    assert server.stop() == 0
+    assert leftovers(tmp_path) == []
