@@ -69,12 +69,20 @@ def _media_types(header: str) -> set[str]:
     return {part.split(";")[0].strip().lower() for part in header.split(",")}
 
 
+_NO_BATCH = (
+    "Invalid Request: JSON-RPC batches are not part of MCP (removed in 2025-06-18); send one message per request"
+)
+
+
 def body_refusal(body: bytes) -> tuple[int, str] | None:
-    """A request body within a session that is not JSON at all (400), checked with bounded recursion."""
+    """A request body within a session that is not JSON at all (400), checked with bounded recursion,
+    or a batch."""
     try:
-        pydantic_core.from_json(body)
+        message = pydantic_core.from_json(body)
     except (ValueError, RecursionError) as exc:
         return 400, f"Parse error: the body is not JSON ({str(exc)[:200]})"
+    if isinstance(message, list):
+        return 400, _NO_BATCH
     return None
 
 
@@ -94,6 +102,8 @@ def opening_refusal(headers: dict[str, str], body: bytes) -> tuple[int, str] | N
         message = pydantic_core.from_json(body)  # bounded recursion: deep nesting is a ValueError here
     except (ValueError, RecursionError) as exc:
         return 400, f"Parse error: the body is not JSON ({str(exc)[:200]})"
+    if isinstance(message, list):
+        return 400, _NO_BATCH
     if not isinstance(message, dict) or message.get("method") != "initialize":
         return None  # not an opening of a session: the SDK answers it (and claims nothing)
     try:

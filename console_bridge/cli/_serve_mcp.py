@@ -360,6 +360,8 @@ def tool_calls(consoles: Consoles, template: Template, options: ServeOptions | N
     ) -> types.CallToolResult:
         if any(lang in given for lang in ("python", "r", "sql")):
             consoles.observed(held, running=True)  # the cell's time counts from its submission
+        asked = given.get("timeout_ms")
+        cap = int(held.console.poll_window * 1000)
         window = consoles.window_ms(held)
         if window is not None:
             given["timeout_ms"] = min(window, given.get("timeout_ms", window))
@@ -380,7 +382,14 @@ def tool_calls(consoles: Consoles, template: Template, options: ServeOptions | N
                     consoles.observed(held, running=False)
                 raise
         consoles.observed(held, running=bool(getattr(result, "running", False)))
-        return to_call_result(result)
+        answer = to_call_result(result)
+        if isinstance(asked, int) and not isinstance(asked, bool) and asked > cap:
+            clamp = (
+                f"[console-bridge: timeout_ms={asked} is over this server's maximum of {cap}; this call waited "
+                f"{cap} ms at most]"
+            )
+            answer.content.append(types.TextContent(type="text", text=clamp))
+        return answer
 
     return call_tool
 

@@ -413,3 +413,21 @@ async def test_a_quiet_mcp_session_releases_its_own_console(http_server: Any, tm
         assert text(kept).strip() == "42"
     assert server.stop() == 0
     assert leftovers(tmp_path) == []
+
+
+async def test_a_batch_is_a_json_rpc_refusal_and_a_clamped_wait_is_said(http_server: Any, tmp_path: Path) -> None:
+    """Issue 32: a JSON-RPC batch got a pydantic dump; timeout_ms above the maximum was clamped silently."""
+    server: HttpServer = http_server("--warm", "0")
+    auth = {**ACCEPT, "Authorization": f"Bearer {server.token}"}
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
+        batch = await http.post(server.url, json=[INIT, {**INIT, "id": 2}], headers=auth)
+        assert batch.status_code == 400, batch.text
+        error = batch.json()["error"]
+        assert error["code"] == -32600 and "batches are not part of MCP" in error["message"]
+    async with client(server) as session:
+        clamped = await session.call_tool("send", {"python": "print(1)", "timeout_ms": 10_000_000})
+        assert not clamped.is_error
+        assert "timeout_ms=10000000 is over this server's maximum" in text(clamped), text(clamped)
+        plain = await session.call_tool("send", {"python": "print(2)", "timeout_ms": 1000})
+        assert "maximum" not in text(plain)
+    assert server.stop() == 0
