@@ -43,7 +43,9 @@ def test_opening_refusal_checks_headers_then_the_body() -> None:
     notification = json.dumps({k: v for k, v in INIT.items() if k != "id"}).encode()
     assert opening_refusal(HEADERS, notification)[0] == 400  # type: ignore[index]
     # Not an initialize: nothing to claim, the SDK answers (with its own 4xx).
-    assert opening_refusal(HEADERS, b"[]") is None and opening_refusal(HEADERS, b"null") is None
+    assert opening_refusal(HEADERS, b"null") is None
+    # A batch: refused here as JSON-RPC (MCP has none), not left to a validation dump.
+    assert opening_refusal(HEADERS, b"[]") == (400, opening_refusal(HEADERS, b"[1, 2]")[1])  # type: ignore[index]
 
 
 def _sessions(tmp_path: Path) -> int:
