@@ -272,13 +272,16 @@ def _token(config: ServeConfig) -> Iterator[Identities]:
             os.unlink(name)
 
 
-async def serve_http(config: ServeConfig, identities: Identities, sock: socket.socket) -> None:
+async def serve_http(
+    config: ServeConfig, identities: Identities, sock: socket.socket, announce: Callable[[], None] = lambda: None
+) -> None:
     async with anyio.create_task_group() as signals:
         stop = _Stop(signals.cancel_scope)  # a signal during the launch cancels it (all it started is closed)
         signals.start_soon(_on_signals, stop, identities)
         manager = _manager(config, warm=config.warm if config.warm is not None else 1)
         async with manager:
             template = await learn_template(config)  # while the pool warms its first console
+            announce()  # the URL only once a console was started and verified
             await _serve_http(config, identities, sock, manager, template, stop)
         signals.cancel_scope.cancel()
 
@@ -382,14 +385,31 @@ def _execute(config: ServeConfig) -> int:
         port = sock.getsockname()[1]
         shown = f"[{config.host}]" if ":" in config.host else config.host
         with _token(config) as identities:
-            _info(f"serving MCP (Streamable HTTP) at http://{shown}:{port}/mcp")
-            anyio.run(serve_http, config, identities, sock)
+            url = f"serving MCP (Streamable HTTP) at http://{shown}:{port}/mcp"
+            anyio.run(serve_http, config, identities, sock, lambda: _info(url))
         return 0
     except BridgeError as exc:
         _info(error_text(exc))
         return int(exit_code_for(exc))
+    except BaseExceptionGroup as group:  # (a refusal raised inside the server's task groups: one line too)
+        error = _first_bridge_error(group)
+        if error is None:
+            raise
+        _info(error_text(error))
+        return int(exit_code_for(error))
     except KeyboardInterrupt:
         return 0
+
+
+def _first_bridge_error(group: BaseExceptionGroup[BaseException]) -> BridgeError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, BridgeError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_bridge_error(exc)
+            if found is not None:
+                return found
+    return None
 
 
 SERVE_HELP = """Serve verified, confined console sessions to an MCP host (Claude, Cursor, VS Code, ...).

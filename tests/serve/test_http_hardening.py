@@ -88,3 +88,19 @@ async def test_malformed_requests_get_4xx_and_cost_no_console(http_server: Any, 
     assert server.proc.stderr is not None
     log = "\n".join(server.stderr) + server.proc.stderr.read().decode(errors="replace")
     assert "Traceback" not in log and "RecursionError" not in log and " 500" not in log, log[-2000:]
+
+
+def test_a_start_refusal_is_one_line_exit_3_before_any_url(tmp_path: Path) -> None:
+    """Issue 32: a refusal at start was a 61-line ExceptionGroup, after the URL had been printed."""
+    import subprocess
+
+    from tests.serve.conftest import serve_args, serve_env
+
+    args = serve_args(tmp_path, "--transport", "http", "--port", "0")
+    args[args.index("--command") + 1] = "/bin/false"  # not an mcp-console: refused when the first console starts
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, env=serve_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr and "ExceptionGroup" not in proc.stderr, proc.stderr
+    assert "serving MCP" not in proc.stderr  # the URL only once a console was verified
+    assert "not an mcp-console version" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2, proc.stderr  # (the token file's line, then the refusal)
