@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import psutil
 
+from console_bridge._confinement._host import detect_host
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
 from console_bridge._console._launch import check_project_config, check_project_overrides, worker_python
@@ -293,8 +294,10 @@ class ConsoleStart(ConsoleState):
             lines = [f"systemd-run could not start the session's scope: {tail.strip().splitlines()[-1]}"]
         if not lines:
             return exc
+        container = detect_host().container
+        fix = f" In this {container.label} container: {container.fix()}." if container is not None else ""
         return LaunchRefused(
-            f"the session's confinement could not be set up: {lines[-1]}. Nothing ran; `console-bridge doctor` "
+            f"the session's confinement could not be set up: {lines[-1]}. Nothing ran;{fix} `console-bridge doctor` "
             "checks namespaces, cgroups and the systemd manager on this host.",
             server=SERVER,
             details={"stderr_tail": tail[-2000:]},
