@@ -4,13 +4,18 @@
 #   (a) Docker's default seccomp profile: `console-bridge run` exits 3 with the one-line refusal
 #       that names `--security-opt seccomp=<the shipped profile>`;
 #   (b) `--security-opt seccomp=sandbox_profiles/seccomp-container.json`: the same run exits 0,
-#       confined, and `console-bridge doctor` passes.
+#       confined, and `console-bridge doctor` passes;
+#   (c) without any one call that profile adds to Docker's default, the run is refused (exit 3);
+#   (d) Podman (Debian's, runc, the same root file system by --rootfs): its default profile runs
+#       confined; Docker's default profile applied by Podman refuses naming `podman run ...`.
 #
 #   sudo bash scripts/ci-container.sh
 #
 # Run as root. dockerd is started by hand on a socket, data root and exec root of its own under a
 # temporary folder (no iptables, no bridge: it touches no host networking, never /var/lib/docker)
-# and stopped at the end, with everything it made removed. The root file system is the guest
+# and stopped at the end, with everything it made removed; Podman's storage, run and network
+# folders are under the same temporary folder (its netavark run folder /run/containers/networks
+# cannot be moved: removed at the end when this script made it). The root file system is the guest
 # harness's (CONTAINER_ROOTFS, default .guest/rootfs: guest/build.sh rootfs config), or, when
 # that is missing, a minimal debootstrap of its own (cached in .guest/debs). Wheels: this
 # checkout's (pip wheel) plus its dependencies for cp311 from PyPI. The VM this project runs on
@@ -28,6 +33,8 @@ die() { log "FAILED: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "ci-container: run this as root (it starts dockerd)" >&2; exit 2; }
 
 WORK=$(mktemp -d /tmp/console-bridge-containers.XXXXXX)
+made_run_containers=
+[ -e /run/containers ] || made_run_containers=1
 SOCK=$WORK/docker.sock
 docker() { "$DOCKER_BIN" -H "unix://$SOCK" "$@"; }
 cleanup() {
@@ -42,17 +49,18 @@ cleanup() {
     # whatever dockerd left mounted under its own folders (overlays, netns, shm), deepest first
     awk -v w="$WORK" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
     rm -rf "$WORK"
+    [ -z "$made_run_containers" ] || rm -rf /run/containers
     log "dockerd stopped, $WORK removed"
 }
 trap cleanup EXIT
 
-if [ ! -x /usr/sbin/dockerd ] || [ ! -x "$DOCKER_BIN" ]; then
-    log "installing Debian's docker.io"
+if [ ! -x /usr/sbin/dockerd ] || [ ! -x "$DOCKER_BIN" ] || [ ! -x /usr/bin/podman ]; then
+    log "installing Debian's docker.io and podman"
     # No service may start from the package's scripts (a daemon on /var/lib/docker is not ours).
     guard=
     [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1; }
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >"$WORK/apt.log" 2>&1 \
-        || { [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d; tail -20 "$WORK/apt.log"; die "apt-get install docker.io"; }
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io podman >"$WORK/apt.log" 2>&1 \
+        || { [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d; tail -20 "$WORK/apt.log"; die "apt-get install docker.io podman"; }
     [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
@@ -170,4 +178,37 @@ json.dump(profile, open(sys.argv[3], "w"))' "$REPO/sandbox_profiles/seccomp-cont
     grep -qF -- "--security-opt seccomp=$profile" "$WORK/c.err" || { cat "$WORK/c.err" >&2; die "(c) without $call: no fix named"; }
     log "(c) without $call: exit $rc: $(grep -m1 -oE '(cannot confine|could not be set up|could not start the probe cell).{0,140}' "$WORK/c.err")"
 done
+
+log "(d) Podman (runc) on the same root file system"
+mkdir -p "$WORK/podman/rootfs"
+id=$(docker create cb-test true)
+docker export "$id" | tar -x -C "$WORK/podman/rootfs"
+docker rm "$id" >/dev/null
+rm -f "$WORK/podman/rootfs/.dockerenv"   # (docker export leaves Docker's marker behind)
+podman_as_user() {
+    podman --root "$WORK/podman/root" --runroot "$WORK/podman/run" --tmpdir "$WORK/podman/tmp" \
+        --network-config-dir "$WORK/podman/net" --runtime runc --cgroup-manager cgroupfs --events-backend file \
+        run --rm --network none --user 1000:1000 --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
+        -e HOME="$home" -w "$home/analysis" -v "$REPO/examples:/examples:ro" --rootfs "$@"
+}
+podroot=$WORK/podman/rootfs:O   # (an overlay: the folder itself stays untouched)
+podman_as_user "$podroot" /opt/cb/bin/console-bridge run /examples/ci/analysis.py >"$WORK/d.out" 2>"$WORK/d.err" \
+    || { cat "$WORK/d.out" "$WORK/d.err" >&2; die "(d) Podman's default profile: console-bridge run failed"; }
+podman_as_user "$podroot" /opt/cb/bin/console-bridge doctor >"$WORK/d-doctor.out" 2>&1 \
+    || { cat "$WORK/d-doctor.out" >&2; die "(d) Podman's default profile: doctor failed"; }
+grep -qE '^info +host +non-root in a Podman container' "$WORK/d-doctor.out" \
+    || { cat "$WORK/d-doctor.out" >&2; die "(d) doctor does not say it is in a Podman container"; }
+log "(d) ok: Podman's default profile: run and doctor pass, confined"
+set +e
+podman_as_user --security-opt "seccomp=$REPO/tests/confinement/data/moby-seccomp-default.json" "$podroot" \
+    /opt/cb/bin/console-bridge run /examples/ci/analysis.py >"$WORK/d2.out" 2>"$WORK/d2.err"
+rc=$?
+set -e
+[ "$rc" = 3 ] && grep -qF -- "\`podman run --security-opt seccomp=$profile\`" "$WORK/d2.err" \
+    || { cat "$WORK/d2.out" "$WORK/d2.err" >&2; die "(d) Podman with Docker's default profile: exit $rc, not the refusal"; }
+log "(d) ok: Podman with Docker's default profile: exit 3 naming podman run --security-opt seccomp=..."
+podman_as_user --security-opt "seccomp=$REPO/sandbox_profiles/seccomp-container.json" "$podroot" \
+    /opt/cb/bin/console-bridge run /examples/ci/analysis.py >"$WORK/d3.out" 2>"$WORK/d3.err" \
+    || { cat "$WORK/d3.out" "$WORK/d3.err" >&2; die "(d) Podman with the shipped profile: run failed"; }
+log "(d) ok: Podman with the shipped profile: exit 0"
 log "passed in $(( $(date +%s) - start ))s"
