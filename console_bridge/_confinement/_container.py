@@ -97,7 +97,7 @@ RUNTIMES: dict[str, Runtime] = {
     "docker": Runtime("docker", "Docker", _docker_fix),
     "podman": Runtime("podman", "Podman", _podman_fix),
     "kubernetes": Runtime("kubernetes", "Kubernetes", _kubernetes_fix),
-    "container": Runtime("container", "a container", _other_fix),
+    "container": Runtime("container", "", _other_fix),
 }
 
 
@@ -112,7 +112,8 @@ class Container:
 
     @property
     def label(self) -> str:
-        return RUNTIMES[self.runtime].label
+        """``"Docker container"``, ``"Podman container"``, ..., or ``"container"`` (runtime unknown)."""
+        return f"{RUNTIMES[self.runtime].label} container".lstrip()
 
     def fix(self, profile: Path | str | None = None) -> str:
         """The options that let a session build its namespaces in this container (one sentence)."""
@@ -123,7 +124,7 @@ class Container:
         """``HostKind.namespace_problem``'s words when the probe failed: what, then ``; `` and the fix."""
         confined = f" and AppArmor profile {self.apparmor!r}" if self.apparmor else ""
         return (
-            f"in this {self.label} container (told by {', '.join(self.signs)}) creating a user namespace failed "
+            f"in this {self.label} (told by {', '.join(self.signs)}) creating a user namespace failed "
             f"({error}): the container's seccomp profile{confined} forbids the namespaces a session needs; "
             + self.fix()
         )

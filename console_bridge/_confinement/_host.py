@@ -163,7 +163,7 @@ class HostKind:
         who = "root" if self.uid == 0 else "non-root"
         tree = "cgroup v2" if self.cgroup_v2 else "cgroup v1"
         extra = f", systemd {self.systemd} manager" if self.systemd else ""
-        inside = f" in a {self.container.label} container" if self.container is not None else ""
+        inside = f" in a {self.container.label}" if self.container is not None else ""
         return f"{who}{inside} on {tree}{extra}"
 
 

@@ -452,7 +452,7 @@ class ConsoleStart(ConsoleState):
 def _container_fix() -> str:
     """In a container, a sentence naming its runtime's fix (see ``_confinement._container``), else ``""``."""
     container = detect_host().container
-    return f" In this {container.label} container: {container.fix()}." if container is not None else ""
+    return f" In this {container.label}: {container.fix()}." if container is not None else ""
 
 
 def sandbox_refusal(exc: BridgeError) -> BridgeError:

@@ -226,7 +226,7 @@ def _check_namespaces() -> list[Check]:
                 "fail",
                 f"building a {kind} failed: {problem}. "
                 + (
-                    f"In this {host.container.label} container: {host.container.fix()}"
+                    f"In this {host.container.label}: {host.container.fix()}"
                     if host.container is not None
                     else "A container may need a seccomp profile that allows unshare and mount (this package's "
                     "sandbox_profiles/seccomp-container.json); a host may need "

@@ -189,3 +189,10 @@ def test_bubblewraps_own_refusal_is_one_line_naming_the_containers_fix(monkeypat
     assert fix in str(refusal)
     other = ServerError("mcp-console refused the call: something else")
     assert _session_start.sandbox_refusal(other) is other
+
+
+def test_an_unknown_runtime_is_named_as_a_container() -> None:
+    message = _refusal(Container("container", ("a cgroup namespace of its own",)))
+    assert message.startswith("console-bridge cannot confine a session on Linux: in this container (told by a cgroup")
+    assert f"run the container with the seccomp profile {seccomp_profile_path()}" in message
+    assert host_kind(container=Container("container", ())).name == "non-root in a container on cgroup v2"
