@@ -1,7 +1,8 @@
 """What this host offers for confinement, detected once per process (reads /proc and /sys only).
 
 ``HostKind`` is the one place that knows about privileges, user namespaces, cgroup
-versions and delegation, and the systemd user manager; the limit strategies
+versions and delegation, the systemd user manager, and the container this process runs in
+(``_container``: which runtime, and a real ``unshare`` probe of what its profile allows); the limit strategies
 (``_plan.py``) and the namespace choice are picked from it, never by ``if root:``
 elsewhere. ``detect_host()`` caches its answer; ``detect_host(refresh=True)`` reads again.
 
@@ -18,6 +19,8 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from console_bridge._confinement._container import Container, detect_container, probe_userns
 
 __all__ = ["HostKind", "detect_host", "userns_problem"]
 
@@ -108,6 +111,8 @@ class HostKind:
     kernel: tuple[int, int] = (6, 0)
     can_map: bool = True  # CAP_SETUID and CAP_SETGID: may map other ids into a user namespace
     max_user_namespaces: str | None = None  # the sysctl as read (None: unreadable)
+    container: Container | None = None  # the container this process runs in (None: a host)
+    container_problem: str | None = None  # why the probe could not unshare in it (None: it could, or not probed)
 
     @property
     def linux(self) -> bool:
@@ -130,6 +135,8 @@ class HostKind:
                 "(x86_64, aarch64); run on one of those"
             )
         if self.namespace_mode == "user":
+            if self.userns_problem is None and self.container is not None and self.container_problem is not None:
+                return self.container.problem(self.container_problem)
             return self.userns_problem
         if self.max_user_namespaces == "0":
             return (
@@ -156,7 +163,8 @@ class HostKind:
         who = "root" if self.uid == 0 else "non-root"
         tree = "cgroup v2" if self.cgroup_v2 else "cgroup v1"
         extra = f", systemd {self.systemd} manager" if self.systemd else ""
-        return f"{who} on {tree}{extra}"
+        inside = f" in a {self.container.label}" if self.container is not None else ""
+        return f"{who}{inside} on {tree}{extra}"
 
 
 _CACHED: HostKind | None = None
@@ -172,16 +180,22 @@ def detect_host(refresh: bool = False) -> HostKind:
     uid = os.geteuid() if hasattr(os, "geteuid") else -1
     linux = platform.startswith("linux")
     caps = _effective_caps() if linux else 0
+    problem = userns_problem()
+    container = detect_container() if linux else None
+    # Only a container's profile can forbid what the sysctls allow: probe there, once, as the session will.
+    probed = probe_userns() if container is not None and uid != 0 and problem is None else None
     _CACHED = HostKind(
         platform=platform,
         uid=uid,
         privileged=bool(caps >> _CAP_SYS_ADMIN & 1),
-        userns_problem=userns_problem(),
+        userns_problem=problem,
         cgroup_v2=cgroup_v2,
         systemd=_systemd_manager(uid, cgroup_v2) if linux else None,
         machine=os.environ.get("CONSOLE_BRIDGE_MACHINE") or (os.uname().machine if hasattr(os, "uname") else ""),
         kernel=_kernel(),
         can_map=bool(caps >> _CAP_SETUID & 1 and caps >> _CAP_SETGID & 1),
         max_user_namespaces=_sysctl("user/max_user_namespaces"),
+        container=container,
+        container_problem=probed,
     )
     return _CACHED

@@ -25,7 +25,7 @@ _LINUX_VM = (
 )
 _FIXES = {
     "darwin": f"{_LINUX_VM}; on a Mac, e.g. a Lima, Colima, OrbStack or UTM VM (a container needs "
-    "`--security-opt seccomp=unconfined` to create namespaces)",
+    "`--security-opt seccomp=` this package's sandbox_profiles/seccomp-container.json to create namespaces)",
     "win32": f"run it inside WSL 2 (a real Linux kernel; its Ubuntu and Debian allow user namespaces), or {_LINUX_VM}",
 }
 

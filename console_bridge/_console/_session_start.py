@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import psutil
 
+from console_bridge._confinement._host import detect_host
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
 from console_bridge._console._launch import check_project_config, check_project_overrides, worker_python
@@ -32,13 +33,14 @@ from console_bridge._errors import (
     DependenciesRefused,
     LaunchRefused,
     SandboxMismatch,
+    ServerError,
     VerificationFailed,
 )
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import check_owner
 from console_bridge._transport._stdio import base_environment
 
-__all__ = ["ConsoleStart"]
+__all__ = ["ConsoleStart", "sandbox_refusal"]
 
 
 class ConsoleStart(ConsoleState):
@@ -294,8 +296,8 @@ class ConsoleStart(ConsoleState):
         if not lines:
             return exc
         return LaunchRefused(
-            f"the session's confinement could not be set up: {lines[-1]}. Nothing ran; `console-bridge doctor` "
-            "checks namespaces, cgroups and the systemd manager on this host.",
+            f"the session's confinement could not be set up: {lines[-1]}. Nothing ran.{_container_fix()} "
+            "`console-bridge doctor` checks namespaces, cgroups and the systemd manager on this host.",
             server=SERVER,
             details={"stderr_tail": tail[-2000:]},
         )
@@ -389,10 +391,16 @@ class ConsoleStart(ConsoleState):
         code = await anyio.to_thread.run_sync(lambda: self._confined.probe_cell(base, workspace_writable, language))
         conn = self._require("probe")
         began = time.perf_counter()
+        refused: BridgeError | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._adopt_during_probe)
-            result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+            try:
+                result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+            except BridgeError as exc:  # (raised here, the task group would wrap it in an ExceptionGroup)
+                refused = exc
             tg.cancel_scope.cancel()  # (an adoption under way finishes first: its thread is not abandoned)
+        if refused is not None:
+            raise sandbox_refusal(refused) from None
         self._probe_ms = (time.perf_counter() - began) * 1000
         if result.running:
             raise CallTimeout(
@@ -439,3 +447,25 @@ class ConsoleStart(ConsoleState):
         with anyio.CancelScope(shield=True):
             self._locate_recording()
             await self._teardown(cancel=True)
+
+
+def _container_fix() -> str:
+    """In a container, a sentence naming its runtime's fix (see ``_confinement._container``), else ``""``."""
+    container = detect_host().container
+    return f" In this {container.label}: {container.fix()}." if container is not None else ""
+
+
+def sandbox_refusal(exc: BridgeError) -> BridgeError:
+    """mcp-console's own sandbox (bubblewrap) could not create its namespaces for the probe cell:
+    a one-line refusal naming the fix (a container's profile may allow ``unshare`` but not ``clone``
+    with namespace flags); any other error as it is."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if "bwrap:" in line]
+    if not isinstance(exc, ServerError) or not lines:
+        return exc
+    return LaunchRefused(
+        f"mcp-console's sandbox could not start the probe cell: {lines[0][lines[0].index('bwrap:') :]} Nothing "
+        f"ran.{_container_fix()} `console-bridge doctor` checks namespaces on this host.",
+        server=SERVER,
+        details={"server_text": text[-2000:]},
+    )

@@ -186,7 +186,16 @@ def _check_namespaces() -> list[Check]:
     host = detect_host(refresh=True)
     gap = host_gap(host)
     shown = host.name if host.linux else (gap.platform if gap is not None else host.platform)
-    checks = [Check("host", "info", shown, required=False, data={"platform": host.platform, "uid": host.uid})]
+    inside = host.container.runtime if host.container is not None else None
+    checks = [
+        Check(
+            "host",
+            "info",
+            shown,
+            required=False,
+            data={"platform": host.platform, "uid": host.uid, "container": inside},
+        )
+    ]
     if gap is not None:
         # the same words as the LaunchRefused every entry point raises here
         checks.append(
@@ -215,8 +224,14 @@ def _check_namespaces() -> list[Check]:
             Check(
                 "namespaces",
                 "fail",
-                f"building a {kind} failed: {problem}. A container may need `--security-opt seccomp=unconfined` "
-                "or a profile that allows unshare; a host may need `sysctl kernel.unprivileged_userns_clone=1`",
+                f"building a {kind} failed: {problem}. "
+                + (
+                    f"In this {host.container.label}: {host.container.fix()}"
+                    if host.container is not None
+                    else "A container may need a seccomp profile that allows unshare and mount (this package's "
+                    "sandbox_profiles/seccomp-container.json); a host may need "
+                    "`sysctl kernel.unprivileged_userns_clone=1`"
+                ),
             )
         )
         return checks
