@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import re
-import secrets
-import shlex
 import signal
 import socket
-import stat
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
@@ -26,9 +22,7 @@ from typing import Any
 import anyio
 import click
 
-from console_bridge._console._profiles import load_profile
 from console_bridge._console._session import AsyncConsole
-from console_bridge._console._workspace import Evidence, vet_evidence
 from console_bridge._errors import BridgeError
 from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import Policy
@@ -41,7 +35,7 @@ from console_bridge.cli._serve_consoles import Consoles
 from console_bridge.cli._serve_contract import Lifetimes
 from console_bridge.cli._serve_fast import FastSend
 from console_bridge.cli._serve_http import LOOPBACK_HOSTS, Gate, GateOptions, make_sdk
-from console_bridge.cli._serve_identity import Identities
+from console_bridge.cli._serve_identity import Identities, serving_identities
 from console_bridge.cli._serve_mcp import Caller, ServeOptions, Template, build_server, learn, tool_calls
 from console_bridge.cli._serve_stdio import pipes_on_stdio, stdio_pipes
 
@@ -212,66 +206,6 @@ async def _on_signals(stop: _Stop, identities: Identities | None = None) -> None
 
 
 # ------------------------------------------------------------------ HTTP
-def vet_token_file(config: ServeConfig) -> None:
-    """Refuse a --token-file others can read, or one inside the workspace or a writable root (a cell could
-    read it, or rewrite it to a token of its choosing)."""
-    assert config.token_file is not None
-    path = config.token_file.expanduser().absolute()
-    options = config.console_options
-    try:
-        vet_evidence(
-            [Evidence("bearer token file", path)],
-            config.workspace,
-            load_profile(options.get("profile", "read-only")),
-            [Path(root) for root in options.get("writable_roots", ())],
-        )
-    except BridgeError as exc:
-        fail(f"--token-file: {error_text(exc)}", ExitCode.LAUNCH)
-    try:
-        info = path.stat()
-    except OSError as exc:
-        fail(f"cannot read --token-file {str(path)!r}: {exc.strerror or exc}", ExitCode.USAGE)
-    if info.st_uid != os.geteuid():
-        fail(
-            f"--token-file {str(path)!r} belongs to uid {info.st_uid}, not to you: its owner can read and change "
-            "it. Use a token file of your own, mode 0600.",
-            ExitCode.USAGE,
-        )
-    if info.st_mode & 0o077:
-        fail(
-            f"--token-file {str(path)!r} can be read or changed by others (mode {stat.S_IMODE(info.st_mode):04o}); "
-            f"run `chmod 600 {shlex.quote(str(path))}` and start again",
-            ExitCode.USAGE,
-        )
-
-
-@contextlib.contextmanager
-def _token(config: ServeConfig) -> Iterator[Identities]:
-    if config.tokens is not None:
-        yield Identities.from_file(config.tokens)
-        return
-    if config.token_file is not None:
-        vet_token_file(config)
-        try:
-            token = config.token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            fail(f"cannot read --token-file {str(config.token_file)!r}: {exc.strerror or exc}", ExitCode.USAGE)
-        if len(token) < 16:
-            fail(f"the token in {str(config.token_file)!r} is shorter than 16 characters", ExitCode.USAGE)
-        yield Identities.single(token)
-        return
-    token = secrets.token_urlsafe(32)
-    fd, name = tempfile.mkstemp(prefix="console-bridge-serve-", suffix=".token")  # 0600, fresh name
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(token + "\n")
-        _info(f"bearer token written to {name} (mode 0600; removed when the server stops)")
-        yield Identities.single(token)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-
-
 async def serve_http(
     config: ServeConfig, identities: Identities, sock: socket.socket, announce: Callable[[], None] = lambda: None
 ) -> None:
@@ -384,7 +318,9 @@ def _execute(config: ServeConfig) -> int:
         sock = _bind_socket(config.host, config.port)
         port = sock.getsockname()[1]
         shown = f"[{config.host}]" if ":" in config.host else config.host
-        with _token(config) as identities:
+        with serving_identities(
+            config.tokens, config.token_file, config.workspace, config.console_options, _info
+        ) as identities:
             url = f"serving MCP (Streamable HTTP) at http://{shown}:{port}/mcp"
             anyio.run(serve_http, config, identities, sock, lambda: _info(url))
         return 0
