@@ -280,19 +280,31 @@ def start(config: dict[str, Any] | None, supervisor: int) -> int | None:
     etc = config.get("etc")
     if not names and not etc:
         return None
+    # The watch is made here, before the fork: a host out of inotify instances refuses the session (the
+    # caller's OSError) rather than running it with hidden names nobody keeps hidden.
+    try:
+        remasker = Remasker(names, str(etc) if etc else None)
+        remasker.scan()
+    except OSError as exc:
+        raise OSError(
+            exc.errno,
+            f"the names the view hides cannot be watched ({exc.strerror or exc}); each session needs an inotify "
+            "instance for them: raise fs.inotify.max_user_instances (sysctl) or close other sessions",
+        ) from None
     middle = os.fork()
     if middle:
+        remasker.close()
         os.waitpid(middle, 0)
         return middle
     try:
         if os.fork():
             os._exit(0)
-        _run(names, str(etc) if etc else None, supervisor)
+        _run(remasker, supervisor)
     finally:
         os._exit(0)
 
 
-def _run(names: list[str], etc: str | None, supervisor: int) -> None:
+def _run(remasker: Remasker, supervisor: int) -> None:
     for _ in range(5000):  # until the intermediate child is gone and this one is the supervisor's
         if os.getppid() == supervisor:
             break
@@ -304,13 +316,9 @@ def _run(names: list[str], etc: str | None, supervisor: int) -> None:
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    os.closerange(3, 1 << 16)  # none of the session's descriptors (the host's socket, the stdin pipe)
-    try:
-        remasker = Remasker(names, etc)
-        remasker.scan()
-    except OSError as exc:
-        os.write(2, f"console-bridge remasker: cannot watch the hidden names: {exc}\n".encode())
-        return
+    # none of the session's descriptors (the host's socket, the stdin pipe): only its own watch
+    os.closerange(3, remasker.fd)
+    os.closerange(remasker.fd + 1, 1 << 16)
     while True:
         try:
             remasker.step()

@@ -308,3 +308,22 @@ async def test_an_etc_secret_renamed_over_or_created_later_is_masked_at_any_dept
             ]
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_host_out_of_inotify_instances_refuses_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch is made before the remasker forks: when the kernel refuses it (fs.inotify.max_user_instances
+    reached, as with hundreds of sessions of one user), the server's setup fails (the session is refused)
+    instead of running with hidden names nobody keeps hidden."""
+    import errno
+
+    from console_bridge._confinement import _remask
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    forks: list[int] = []
+    monkeypatch.setattr(_remask.Remasker, "__init__", refused)
+    monkeypatch.setattr(_remask.os, "fork", lambda: forks.append(1) or 0)
+    with pytest.raises(OSError, match=r"fs\.inotify\.max_user_instances"):
+        _remask.start({"names": ["/nonexistent/secret"]}, supervisor=1)
+    assert forks == []
