@@ -28,11 +28,28 @@ from anyio.abc import TaskGroup
 
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import BridgeError, Busy, ConnectionClosed, NotAllowed
+from console_bridge._governance._audit import AuditLog
 from console_bridge._identity import Owner
 from console_bridge._manager._async import AsyncSessionManager
 from console_bridge.cli._serve_contract import CLOSE, OPEN, Lifetimes
 
 __all__ = ["Consoles", "Held"]
+
+
+def _audit_refusal(held: Held, identity: Owner) -> None:
+    """A client named a console of another identity: a record in the console's audit log (the id only
+    by its first characters: a handle is a bearer of that console)."""
+    audit = held.console.policy.audit
+    if not isinstance(audit, AuditLog):  # (serve passes an AuditLog, or None)
+        return
+    with contextlib.suppress(OSError, BridgeError):
+        audit.write(
+            "console_id_refused",
+            owner=str(identity),
+            console_owner=str(held.identity),
+            console_id=held.console_id[:10] + "...",
+            reason="a console_id of another identity",
+        )
 
 _ENDED_KEPT = 10_000  # ended handles remembered (to say why they ended), oldest forgotten first
 
@@ -158,6 +175,8 @@ class Consoles:
         held = self.held.get(console_id)
         if held is not None and held.identity == identity:
             return held
+        if held is not None:  # another identity's console: refused as an unknown one, and audited
+            _audit_refusal(held, identity)
         ended = self._ended.get(console_id)
         if held is None and ended is not None and ended[0] == identity:
             raise ConnectionClosed(f"console {console_id} was {ended[1]}; call {OPEN} for a new console")

@@ -211,6 +211,9 @@ async def test_identities_handles_and_the_2026_era(http_server: Any, tmp_path: P
         )
         assert hijack.status_code == 404
     events = [json.loads(line) for line in audit.read_text().splitlines()]
+    refused = [e for e in events if e.get("event") == "console_id_refused"]
+    assert len(refused) == 2 and {(e["owner"], e["console_owner"]) for e in refused} == {("bob", "alice")}, refused
+    assert console_id not in audit.read_text()  # (a handle is a bearer: only its first characters)
     owners = {e.get("owner") for e in events if e.get("event") == "call_start"}
     assert owners == {"alice", "bob"}, owners  # each console's cells (its probe too) under its client's identity
     assert server.stop() == 0
