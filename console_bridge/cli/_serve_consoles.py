@@ -51,6 +51,7 @@ def _audit_refusal(held: Held, identity: Owner) -> None:
             reason="a console_id of another identity",
         )
 
+
 _ENDED_KEPT = 10_000  # ended handles remembered (to say why they ended), oldest forgotten first
 
 
