@@ -102,6 +102,14 @@ def _empty(path: str, info: os.stat_result) -> bool:
     return False
 
 
+def _is_dir(path: str) -> bool:
+    """A folder, not followed through a symlink."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def secret(info: os.stat_result) -> bool:
     """What ``/etc`` hides: a file not everyone may read, a folder not everyone may enter and list."""
     if stat.S_ISDIR(info.st_mode):
@@ -150,11 +158,14 @@ class Remasker:
             return
         if self._is_masked(path):
             return
-        if not by_mode and _empty(path, info):
-            # Nothing to hide yet, and mcp-console's sandbox makes such a name itself for a moment (an
-            # empty folder or file to mount over, removed again): watched, masked once it has content.
-            if stat.S_ISDIR(info.st_mode):
-                self._watch(path)
+        # Nothing to hide yet, and mcp-console's sandbox makes such a name itself for a moment (an empty
+        # folder or file to mount over, removed again): watched, masked once it has content (a folder is
+        # looked at again after its watch: what landed in between gave no event; a failed watch masks).
+        if (
+            not by_mode
+            and _empty(path, info)
+            and (not stat.S_ISDIR(info.st_mode) or (self._watch(path) and _empty(path, info)))
+        ):
             return
         if not self.mount:
             self.masked.append(path)
@@ -182,11 +193,12 @@ class Remasker:
         folder = "/"
         for part in parts[:-1]:
             below = os.path.join(folder, part)
-            try:
-                if not stat.S_ISDIR(os.lstat(below).st_mode):
+            if not _is_dir(below):
+                # Watch first, then look again: a folder made between the look and the watch gives no event
+                # (`mkdir -p` makes the whole chain in microseconds), so only a look after the watch is sure.
+                self._watch(folder)
+                if not _is_dir(below):
                     break
-            except OSError:
-                break
             folder = below
         self._watch(folder)
         if os.path.dirname(name) == folder:

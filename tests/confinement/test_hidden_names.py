@@ -327,3 +327,33 @@ def test_a_host_out_of_inotify_instances_refuses_the_session(monkeypatch: pytest
     with pytest.raises(OSError, match=r"fs\.inotify\.max_user_instances"):
         _remask.start({"names": ["/nonexistent/secret"]}, supervisor=1)
     assert forks == []
+
+
+def test_a_chain_of_folders_made_between_the_look_and_the_watch_is_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guest's hostile-hidden-names caught it once (login scope, under TCG): `mkdir -p cfg/a/b/c/d`
+    and the deep file landed between the remasker's look (no `cfg/a/b/c` yet) and its watch on the
+    deepest folder it had found; nothing reported the rest and the depth-6 token was read. The host's
+    mkdir is made to land exactly there: the name must still be masked."""
+    top = tmp_path / "w"
+    top.mkdir()
+    name = top / "cfg" / "a" / "b" / "c" / "d" / "deep.key"
+    watch = Remasker([str(name)], None, mount=False)
+    real_watch = Remasker._watch
+    landed: list[str] = []
+
+    def late_host(self: Remasker, folder: str) -> bool:
+        if folder == str(top) and not landed:  # the look found no cfg; the host makes it all now
+            name.parent.mkdir(parents=True)
+            name.write_text("TOKEN-DEEP\n")
+            landed.append(folder)
+        return real_watch(self, folder)
+
+    monkeypatch.setattr(Remasker, "_watch", late_host)
+    try:
+        watch.scan()
+        _drain(watch)
+        assert landed and str(name) in watch.masked, watch.masked
+    finally:
+        watch.close()
