@@ -9,6 +9,7 @@ import ctypes.util
 import os
 import struct
 import weakref
+from collections.abc import Iterator
 
 __all__ = ["ChangeWatch", "FolderWatch"]
 
@@ -74,25 +75,14 @@ class FolderWatch:
         added: dict[str, set[str]] = {}
         if self.fd < 0:
             return added
-        while True:
-            try:
-                data = os.read(self.fd, 1 << 16)
-            except BlockingIOError:
-                return added
-            except OSError:
+        for wd, mask, name in _events(self.fd):
+            if mask & _IN_Q_OVERFLOW:
                 self.overflowed = True
-                return added
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
-                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                offset += _EVENT.size + length
-                if mask & _IN_Q_OVERFLOW:
-                    self.overflowed = True
-                elif mask & _IN_IGNORED:
-                    self._folders.pop(wd, None)  # the folder is gone (or was unmounted)
-                elif name and wd in self._folders:
-                    added.setdefault(self._folders[wd], set()).add(os.fsdecode(name))
+            elif mask & _IN_IGNORED:
+                self._folders.pop(wd, None)  # the folder is gone (or was unmounted)
+            elif name and wd in self._folders:
+                added.setdefault(self._folders[wd], set()).add(os.fsdecode(name))
+        return added
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -171,50 +161,38 @@ class ChangeWatch:
         changed: set[str] = set()
         if self.fd < 0:
             return changed
-        while True:
-            try:
-                data = os.read(self.fd, 1 << 16)
-            except BlockingIOError:
-                return changed
-            except OSError:
+        for wd, mask, name in _events(self.fd):
+            if mask & _IN_Q_OVERFLOW:
                 self.complete = False
-                return changed
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
-                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                offset += _EVENT.size + length
-                if mask & _IN_Q_OVERFLOW:
-                    self.complete = False
-                    continue
-                if mask & _IN_IGNORED:
-                    self.folders.pop(wd, None)
-                    continue
-                folder = self.folders.get(wd)
-                if folder is None or not name:
-                    continue
-                path = os.path.join(folder, os.fsdecode(name))
-                if mask & _IN_ISDIR:
-                    if mask & (_IN_CREATE | _IN_MOVED_TO):
-                        self.created += 1
-                        self.add(path)  # (what is already in it when it is watched: the next walk)
-                    elif mask & (_IN_DELETE | _IN_MOVED_FROM):
-                        self.created -= 1
-                    continue
-                if mask & _IN_CREATE:
+                continue
+            if mask & _IN_IGNORED:
+                self.folders.pop(wd, None)
+                continue
+            folder = self.folders.get(wd)
+            if folder is None or not name:
+                continue
+            path = os.path.join(folder, os.fsdecode(name))
+            if mask & _IN_ISDIR:
+                if mask & (_IN_CREATE | _IN_MOVED_TO):
                     self.created += 1
-                    self.first.setdefault(path, 0)
+                    self.add(path)  # (what is already in it when it is watched: the next walk)
                 elif mask & (_IN_DELETE | _IN_MOVED_FROM):
                     self.created -= 1
-                    self._set(path, None)
-                    changed.discard(path)
+                continue
+            if mask & _IN_CREATE:
+                self.created += 1
+                self.first.setdefault(path, 0)
+            elif mask & (_IN_DELETE | _IN_MOVED_FROM):
+                self.created -= 1
+                self._set(path, None)
+                changed.discard(path)
+                continue
+            elif path not in self.first:
+                if len(self.first) >= _MAX_CHANGED:  # books too big to keep: the walks count until the next
+                    self.complete = False
                     continue
-                elif path not in self.first:
-                    if len(self.first) >= _MAX_CHANGED:  # books too big to keep: the walks count until the next
-                        self.complete = False
-                        continue
-                    self.first[path] = _bytes(path)  # first seen changing: from its size now
-                changed.add(path)
+                self.first[path] = _bytes(path)  # first seen changing: from its size now
+            changed.add(path)
         return changed
 
     def close(self) -> None:
@@ -222,6 +200,25 @@ class ChangeWatch:
             self._finalizer()
             self.fd = -1
             self.folders.clear()
+
+
+def _events(fd: int) -> Iterator[tuple[int, int, bytes]]:
+    """Every event queued on ``fd`` (non-blocking) as (watch, mask, name); a read that fails ends them
+    with a made-up queue overflow, which both watches take as "something was lost"."""
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            yield -1, _IN_Q_OVERFLOW, b""
+            return
+        offset = 0
+        while offset + _EVENT.size <= len(data):
+            wd, mask, _, length = _EVENT.unpack_from(data, offset)
+            name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+            offset += _EVENT.size + length
+            yield wd, mask, name
 
 
 def _bytes(path: str) -> int:
