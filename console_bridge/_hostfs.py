@@ -31,6 +31,7 @@ __all__ = [
     "copy_tree",
     "open_dir",
     "open_file",
+    "open_regular",
     "open_root",
     "read_file",
     "remove_entry",
@@ -131,6 +132,25 @@ def _walk_to(root: int, parts: list[str], *, create: bool, owner: tuple[int, int
     finally:
         if fd != root:
             os.close(fd)
+
+
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> tuple[int, os.stat_result] | None:
+    """A regular file opened for reading without following a symlink in its last component (nor
+    blocking on a FIFO planted there), with its stat; None when it is missing, a link or not a regular
+    file. The caller closes the descriptor."""
+    try:
+        fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return None
+    return fd, info
 
 
 def open_file(root: Root, name: str | os.PathLike[str]) -> int:

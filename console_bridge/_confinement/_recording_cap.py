@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 
 from console_bridge._confinement._inotify import FolderWatch
+from console_bridge._hostfs import open_regular
 
 __all__ = ["RecordingCap"]
 
@@ -205,14 +206,11 @@ def _cut(path: str, size: int) -> bool:
     """Truncate the regular file ``path`` (never through a symlink) to ``size`` bytes. mcp-console
     makes a cell's raw output read-only once written: the owner lends itself write permission for
     the cut and gives the file its mode back."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    opened = open_regular(path)
+    if opened is None:
         return False
+    fd, info = opened
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return False
         mode = stat.S_IMODE(info.st_mode)
         os.fchmod(fd, mode | stat.S_IWUSR)
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from console_bridge._hostfs import open_regular
 from console_bridge._results import CellFailure, Output, output_from_record
 
 __all__ = [
@@ -262,14 +263,11 @@ class OutcomeLog:
         ``limit``); None when it cannot be opened without following a link or is not regular."""
         if self._dir_fd is None:
             return None
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._dir_fd)
-        except OSError:
+        opened = open_regular(name, dir_fd=self._dir_fd)
+        if opened is None:
             return None
+        fd, info = opened
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return None
             if info.st_size <= offset:
                 return b""
             return os.pread(fd, min(info.st_size - offset, limit), offset)

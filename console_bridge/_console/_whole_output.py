@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import stat
 from pathlib import Path
 
 from console_bridge._console._cells import (
@@ -31,6 +30,7 @@ from console_bridge._console._cells import (
     join_segments,
     split_streams,
 )
+from console_bridge._hostfs import open_regular
 from console_bridge._results import CellResult
 
 __all__ = ["DEFAULT_MAX_OUTPUT", "complete", "omitted_notice"]
@@ -99,14 +99,11 @@ def _state(fd: int, start: int, end: int) -> str:
 
 def _read(path: Path, limit: int | None) -> tuple[Segments, int] | None:
     """The log's segments and the bytes dropped past ``limit``; None when it cannot be read safely."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    opened = open_regular(path)
+    if opened is None:
         return None
+    fd, info = opened
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
         size = info.st_size
         if limit is None or size <= limit:
             data = os.pread(fd, size, 0) if size else b""

@@ -207,7 +207,6 @@ def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int) -> 
     """When a poll's window cut what was shown live (``[output omitted: ...]``), the whole output the
     library read from the recording (up to --max-output) is what output.txt and --json keep."""
     streamed = "".join(run.streamed)
-    run.truncated, run.omitted_bytes = result.truncated, result.omitted_bytes
     whole = chunk_output(result)
     if whole == streamed or OMITTED_MARK not in streamed:
         return

@@ -37,8 +37,6 @@ class FileRun:
     images: list[str] = field(default_factory=list)
     elapsed: float | None = None
     error: str | None = None
-    truncated: bool = False  # past --max-output: the head and tail kept
-    omitted_bytes: int = 0
     result: CellResult | None = None  # the whole cell (a notebook's cell gets its outputs from it)
 
     @property
@@ -56,8 +54,8 @@ class FileRun:
             "error": self.error,
             "failure": self._failure(),
             "usage": self._usage(),
-            "truncated": self.truncated,
-            "omitted_bytes": self.omitted_bytes,
+            "truncated": self.result is not None and self.result.truncated,  # past --max-output: head and tail
+            "omitted_bytes": self.result.omitted_bytes if self.result is not None else 0,
         }
         if with_output:
             data["output"] = self.output
