@@ -146,7 +146,7 @@ def _execute(opts: Options, files: tuple[str, ...], language: str | None, stop: 
                 anyio.run(run_session, opts, state, term, stop)
             finally:
                 _take_stop_signals(stop)  # (the loop's own handlers, removed, leave the defaults behind)
-        if stop.signal is not None and state.stop_signal is None:
+        if stop.signal is not None:  # (whenever it came: before, during or after the session)
             state.stopped_by(stop.signal)
     except KeyboardInterrupt:  # (a Ctrl-C is a stop signal now; kept for one raised by other means)
         term.clear()

@@ -132,8 +132,6 @@ async def _drive(opts: Options, state: RunState, term: Terminal, stop: Stop) -> 
                 if stop.signal is not None:  # (received before the loop listened)
                     stop.cells.cancel()
                 await _start_and_run(console, opts, state, term, stop)
-            if stop.signal is not None:
-                state.stopped_by(stop.signal)
             if opts.collect and console.pid is not None:
                 with stop.grace(_COLLECT_GRACE):
                     await _collect(console, opts, state, term)
