@@ -150,7 +150,11 @@ def check_hostile(report: Any, base: Path) -> None:
             made = len(list((workspace / "many").iterdir())) if (workspace / "many").is_dir() else 0
             after_text = console.run(python="print(1 + 1)", timeout=120).text.strip()
             d["why"] = f"{_kind(result)} after {made} files of a {FILES} limit; next cell {after_text!r}"
-            d["ok"] = _kind(result) == "limit/files" and FILES < made <= FILES + 50_000 and after_text == "2"
+            # the limit counts every entry the session added to its writable folders, TMPDIR too (the
+            # restart above made a new outcome folder, the cells their files): the flood may stop a few
+            # short of FILES in many/ (1,993 of 2,000 seen in the login scope)
+            floor = FILES - 64
+            d["ok"] = _kind(result) == "limit/files" and floor < made <= FILES + 50_000 and after_text == "2"
     finally:
         bed.close_quietly(console)
     check_hidden_names(report, base)
