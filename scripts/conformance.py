@@ -11,9 +11,10 @@ as a client. CI runs it as its own stage (``.ci/run``); a developer runs it alon
   pending scenarios). The suite
   has no option for an Authorization header: ``conformance/bearer-preload.cjs`` (``node --require``)
   adds the bearer token to every request it sends to our origin.
-- Client: the scenarios ``initialize``, ``tools_call``, ``sse-retry``, the core ``auth/*`` ones and
-  the 2025-03-26 authorization back-compat ones against ``scripts/conformance_client.py``
-  (``McpConnection``, which speaks the 2025 handshake; OAuth through ``auth=``).
+- Client: every client scenario of 2025-06-18, 2025-11-25 and 2026-07-28 (its requirement set, with
+  the extension scenarios), and the 2025-03-26 authorization back-compat ones, against
+  ``scripts/conformance_client.py`` (``McpConnection`` in both eras; the SDK's OAuth providers
+  through ``auth=``: authorization code, client credentials, private-key JWT, identity assertion).
 - ``conformance/expected-failures.yaml`` is the baseline: only scenarios (or checks) that need
   fixture tools, prompts, resources or capabilities this server does not offer, each with its reason.
   Any other failure, and any listed entry that now passes, fails the run (exit 1).
@@ -50,12 +51,13 @@ SERVER_RUNS = [
     # against the baseline): header validation (SEP-2243), x-mcp-header routing, JSON Schema 2020-12.
     ("2026-07-28 pending", ["--spec-version", "2026-07-28", "--suite", "pending"]),
 ]
-#: The client runs against McpConnection (it speaks the 2025 handshake): (label, arguments).
+#: The client runs against McpConnection (it negotiates 2026-07-28 and falls back to the 2025 handshake):
+#: (label, arguments). The 2026-07-28 requirement set includes the extension scenarios (client
+#: credentials, private-key JWT, identity assertion, DPoP, workload identity).
 CLIENT_RUNS = [
-    ("initialize", ["--scenario", "initialize", "--spec-version", "2025-11-25"]),
-    ("tools_call", ["--scenario", "tools_call", "--spec-version", "2025-11-25"]),
-    ("sse-retry", ["--scenario", "sse-retry", "--spec-version", "2025-11-25"]),
-    ("auth", ["--suite", "auth", "--spec-version", "2025-11-25"]),
+    ("2025-06-18", ["--spec-version", "2025-06-18", "--suite", "all"]),
+    ("2025-11-25", ["--spec-version", "2025-11-25", "--suite", "all"]),
+    ("2026-07-28", ["--requirements", "2026-07-28"]),
     ("auth backcompat", ["--suite", "backcompat"]),  # 2025-03-26 authorization servers
 ]
 

@@ -13,11 +13,13 @@ import anyio
 import httpx2
 import mcp_types
 import pydantic
+from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from console_bridge._config import ServerSpec, StdioSpec, check_auth, load_server_spec
 from console_bridge._confinement._plan import Supervision
+from console_bridge._connection import _input as input_rounds
 from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
 from console_bridge._connection._session_host import SessionHost, startup_error
 from console_bridge._connection._startup import start_within
@@ -132,6 +134,7 @@ class AsyncMcpConnection(NotCopyable):
         self._seen_cursors: dict[str, set[str]] = {}
         self._server_info: dict[str, Any] | None = None
         self._instructions: str | None = None
+        self._protocol: str | None = None  # the protocol version negotiated (2026-07-28, or a 2025 handshake one)
 
     @property
     def policy(self) -> Policy:
@@ -174,7 +177,9 @@ class AsyncMcpConnection(NotCopyable):
             context=self._context,
         )
         self._state = "idle"
-        self._gate.audit("lifecycle", action="connect", pid=self.pid, server_info=self._server_info)
+        self._gate.audit(
+            "lifecycle", action="connect", pid=self.pid, server_info=self._server_info, protocol=self._protocol
+        )
 
     async def close(self) -> None:
         """Close cleanly (stdin closed, bounded wait, then the tree is killed). Idempotent.
@@ -222,6 +227,7 @@ class AsyncMcpConnection(NotCopyable):
             transport="stdio" if isinstance(self._spec, StdioSpec) else "http",
             notices=self._gate.notices(),
             instructions=self._instructions,
+            protocol_version=self._protocol,
         )
 
     # ---------------------------------------------------------------- the host
@@ -409,19 +415,17 @@ class AsyncMcpConnection(NotCopyable):
     async def _handshake(self, session: ClientSession) -> None:
         remaining = self.startup_timeout
 
-        async def initialize(s: ClientSession) -> mcp_types.InitializeResult:
-            return await s.initialize()
-
-        result = await self._request("initialize", initialize, timeout=remaining, hold=False)
-        self._server_info = wire(result.server_info) if result.server_info is not None else None
-        self._instructions = result.instructions if isinstance(result.instructions, str) else None
+        # 2026-07-28 by server/discover where the server offers it, else the 2025 handshake (the SDK's policy)
+        await self._request("initialize", negotiate_auto, timeout=remaining, hold=False)
+        self._server_info = wire(session.server_info) if session.server_info is not None else None
+        self._instructions = session.instructions if isinstance(session.instructions, str) else None
+        self._protocol = session.protocol_version
         if not self._gate.tools:
             return
 
-        async def list_tools(s: ClientSession) -> list[dict[str, Any]]:
-            return await list_all(s, "tools", self.server)
-
-        listing = await self._request("tools/list", list_tools, timeout=remaining, hold=False)
+        listing = await self._request(
+            "tools/list", lambda s: list_all(s, "tools", self.server), timeout=remaining, hold=False
+        )
         self._gate.admit(listing, self._context)
 
     # -------------------------------------------------------------- discovery
@@ -442,10 +446,7 @@ class AsyncMcpConnection(NotCopyable):
         if cursor is not None and not isinstance(cursor, str):
             raise NotAllowed("discover(cursor=...): the cursor must be the opaque string a previous page returned")
 
-        async def page(s: ClientSession) -> tuple[list[dict[str, Any]], str | None]:
-            return await list_page(s, kind, cursor)
-
-        items, next_cursor = await self._request(f"{kind}/list", page)
+        items, next_cursor = await self._request(f"{kind}/list", lambda s: list_page(s, kind, cursor))
         check_cursor(self._seen_cursors.setdefault(kind, set()), kind, cursor, next_cursor, self.server)
         self._gate.audit("discover", kind=kind, count=len(items))
         return Page(items=items, next_cursor=next_cursor, server=self.server, cursor=cursor, kind=kind)
@@ -456,11 +457,10 @@ class AsyncMcpConnection(NotCopyable):
         self._require_session(f"resource {uri!r}")  # owner and closed checks come before the allowlist
         self._gate.allow_resource(uri)
 
-        async def read(s: ClientSession) -> mcp_types.ReadResourceResult:
-            return await s.read_resource(uri)
-
         started = time.monotonic()
-        result = await self._request(f"resources/read {uri}", read)
+        result = await self._request(
+            f"resources/read {uri}", lambda s: input_rounds.read_resource(s, self.server, uri, self._asked(uri))
+        )
         return self._gate.finish_result(resource_content(result), None, f"resource:{uri}", {"uri": uri}, started)
 
     async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> ToolResult:
@@ -469,12 +469,17 @@ class AsyncMcpConnection(NotCopyable):
         self._gate.allow_prompt(name)
         args = {str(k): str(v) for k, v in (arguments or {}).items()}
 
-        async def get(s: ClientSession) -> mcp_types.GetPromptResult:
-            return await s.get_prompt(name, args)
-
         started = time.monotonic()
-        result = await self._request(f"prompts/get {name}", get)
+        result = await self._request(
+            f"prompts/get {name}", lambda s: input_rounds.get_prompt(s, self.server, name, args, self._asked(name))
+        )
         return self._gate.finish_result(prompt_content(result), None, f"prompt:{name}", args, started)
+
+    def _asked(self, target: str, call_id: str | None = None) -> input_rounds.Answer:
+        """Audit what a server asked for during a request and what it got (``_input``)."""
+        return lambda requests, answer: self._gate.audit(
+            "input_request", target=target, call_id=call_id, requests=requests, answer=answer
+        )
 
     # ------------------------------------------------------------------ tools
     async def _verify_pins(self, session: ClientSession, name: str) -> None:
@@ -536,24 +541,21 @@ class AsyncMcpConnection(NotCopyable):
         started = time.monotonic()
         self._calls += 1
         self._gate.call_started(name, call_id, args)
-
-        async def verify(s: ClientSession) -> None:
-            await self._verify_pins(s, name)
-
         report = progress_callback(
             on_progress, lambda: self._note_error(f"tool {name!r}: the on_progress callback raised")
         )
-
-        async def call(s: ClientSession) -> mcp_types.CallToolResult:
-            request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=args))
-            return await s.send_request(request, mcp_types.CallToolResult, progress_callback=report)
-
         try:
             if self._gate.pins_due():
                 # The re-listing bounds itself by `timeout`: a slow or failing re-list is SchemaDrift
                 # (the tool is revoked, the connection stays open), not a CallTimeout.
-                await self._request(f"tool {name!r} (pin check)", verify, timeout=math.inf, hold=False)
-            result = await self._request(f"tool {name!r}", call, hold=False)
+                await self._request(
+                    f"tool {name!r} (pin check)", lambda s: self._verify_pins(s, name), timeout=math.inf, hold=False
+                )
+            result = await self._request(
+                f"tool {name!r}",
+                lambda s: input_rounds.call_tool(s, self.server, name, args, report, self._asked(name, call_id)),
+                hold=False,
+            )
         except BridgeError as exc:
             self._gate.call_failed(name, call_id, exc, started)
             raise

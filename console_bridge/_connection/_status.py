@@ -42,3 +42,5 @@ class ConnectionStatus:
     transport: str = "stdio"
     notices: tuple[str, ...] = ()
     instructions: str | None = None  # the server's initialize instructions (untrusted text)
+    #: the protocol version negotiated: "2026-07-28" (``server/discover``) or a 2025 handshake version
+    protocol_version: str | None = None

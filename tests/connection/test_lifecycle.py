@@ -110,7 +110,7 @@ async def test_startup_timeout_when_initialize_is_never_answered(conns: Any, wat
     assert time.monotonic() - started < 0.5 + MARGIN
     assert "startup_timeout=0.5s" in str(info.value)
     assert info.value.pid is not None
-    assert read_log(log)[:1] == ["initialize"]
+    assert read_log(log)[:1] == ["server/discover"]  # the 2026-07-28 probe, never answered
     assert conn.status().state == "closed"
     watch.assert_gone()
     with pytest.raises(ConnectionClosed):
@@ -130,7 +130,7 @@ async def test_caller_cancelling_connect_stops_the_server(conns: Any, watch: Pro
     with anyio.move_on_after(5) as scope:
         async with anyio.create_task_group() as tg:
             tg.start_soon(conn.connect)
-            await wait_for_line(log, "initialize")
+            await wait_for_line(log, "server/discover")
             tg.cancel_scope.cancel()
     assert not scope.cancelled_caught  # the cancellation stayed a cancellation, caught by its own scope
     watch.assert_gone()

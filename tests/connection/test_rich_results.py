@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console_bridge import AsyncMcpConnection, McpConnection, NotAllowed, Owner
+from console_bridge import AsyncMcpConnection, McpConnection, NotAllowed, Owner, ServerError
 from console_bridge._governance._policy import Policy, exposure
 from console_bridge._results import block_text
 from tests.conftest import server_entry
@@ -41,12 +41,26 @@ async def test_text_includes_embedded_resources_and_names_links() -> None:
 
 
 async def test_a_task_only_tool_is_not_exposed_and_status_says_so() -> None:
-    async with AsyncMcpConnection(CONFIG, "rich", owner=Owner("a"), tools=["task_only", "plain"]) as conn:
+    """The 2025 handshake lists ``execution.taskSupport``; 2026-07-28 moved tasks to an extension."""
+    legacy = {"mcpServers": {"rich": server_entry("rich.py", "--legacy")}}
+    async with AsyncMcpConnection(legacy, "rich", owner=Owner("a"), tools=["task_only", "plain"]) as conn:
+        assert conn.status().protocol_version == "2025-11-25"
         assert [handle.name for handle in conn.tools()] == ["plain"]
         with pytest.raises(NotAllowed, match="taskSupport"):
             await conn.call_tool("task_only", {})
         [notice] = conn.status().notices
         assert "task_only" in notice and "taskSupport" in notice
+
+
+async def test_on_2026_a_task_only_tool_is_the_servers_to_refuse() -> None:
+    """On 2026-07-28 a server lists no ``execution`` unless the client takes the tasks extension (the
+    bridge does not): the tool is allowlisted like any other and the server's refusal is a tool error."""
+    async with AsyncMcpConnection(CONFIG, "rich", owner=Owner("a"), tools=["task_only", "plain"]) as conn:
+        assert conn.status().server_info is not None and conn.status().protocol_version == "2026-07-28"
+        assert [handle.name for handle in conn.tools()] == ["task_only", "plain"]
+        with pytest.raises(ServerError, match="must be called as a task"):
+            await conn.call_tool("task_only", {})
+        assert (await conn.call_tool("plain", {})).text == "plain"
 
 
 async def test_on_progress_sends_a_token_and_receives_notifications() -> None:

@@ -20,6 +20,7 @@ import uvicorn
 from _rawrpc import log_line, log_method, png_bytes
 from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
+from mcp.server.runner import serve_loop
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types import Tool
@@ -198,9 +199,21 @@ def build_server(log: str | None) -> Server[Any]:
     return server
 
 
-async def serve_stdio(server: Server[Any]) -> None:
+async def serve_stdio(server: Server[Any], legacy: bool = False) -> None:
+    """Both protocol eras (the client's first request decides), or with ``legacy`` the 2025 handshake
+    only, as most servers deployed before 2026-07-28 do (``server/discover`` gets -32601)."""
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        if not legacy:
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+            return
+        async with server.lifespan(server) as state:
+            await serve_loop(
+                server,
+                read_stream,
+                write_stream,
+                lifespan_state=state,
+                init_options=server.create_initialization_options(),
+            )
 
 
 def log_headers(app: ASGIApp, log: str | None) -> ASGIApp:
@@ -261,10 +274,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", metavar="FILE", help="append one line per method received")
     parser.add_argument("--http", metavar="PORT", type=int, help="serve HTTP on 127.0.0.1:PORT/mcp")
+    parser.add_argument("--legacy", action="store_true", help="stdio: the 2025 handshake only, no 2026-07-28")
     args = parser.parse_args()
     server = build_server(args.log)
     if args.http is None:
-        anyio.run(serve_stdio, server)
+        anyio.run(serve_stdio, server, args.legacy)
     else:
         asyncio.run(serve_http(server, args.http, args.log))
 
