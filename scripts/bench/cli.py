@@ -56,6 +56,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--serve", action="store_true", help="run the `console-bridge serve` section (scripts/bench_serve.py) instead"
     )
     parser.add_argument(
+        "--connection",
+        action="store_true",
+        help="run the McpConnection section (scripts/bench_connection.py) instead: its own work over the SDK client",
+    )
+    parser.add_argument(
         "--ray", action="store_true", help="run the Ray section (scripts/bench_ray.py) instead; needs the [ray] extra"
     )
     parser.add_argument(
@@ -265,7 +270,22 @@ def main(argv: list[str] | None = None) -> int:
         return run_serve(args)
     if args.ray:
         return run_section(args, "bench_ray")
+    if args.connection:
+        return run_connection(args)
     return asyncio.run(run(args))
+
+
+def run_connection(args: argparse.Namespace) -> int:
+    """The ``--connection`` section: McpConnection's own work per call over the SDK client it wraps."""
+    import bench_connection  # beside this script
+
+    print("phase: McpConnection warm call", file=sys.stderr, flush=True)
+    report = asyncio.run(bench_connection.run(args.quick, lambda m: print(m, file=sys.stderr, flush=True)))
+    print(bench_connection.table(report))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return 0
 
 
 def run_serve(args: argparse.Namespace) -> int:
