@@ -154,3 +154,25 @@ def test_quick_serve_section_runs_and_leaks_nothing(tmp_path: Path) -> None:
         assert report["best_ratio"][name] == pytest.approx(best, abs=0.002)
     assert report["budget_ms"] == pytest.approx(report["warm_rtt"]["raw"]["median_ms"] * 0.15, abs=0.01)
     assert "serve's own work" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_quick_connection_section_reports_the_gates_own_work(tmp_path: Path) -> None:
+    out = tmp_path / "bench-connection.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--connection", "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode == 0, f"bench.py --connection --quick exited {proc.returncode}\n{proc.stderr[-4000:]}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["target_ms"] == 0.10 and set(report["transports"]) == {"stdio", "http"}
+    for row in report["transports"].values():
+        assert all(row[name]["p50"] > 0 for name in ("sdk", "bridge", "strict"))
+        # own work is the bridge median less the SDK's: arithmetic, not a timing claim
+        assert row["own_ms"] == pytest.approx(row["bridge"]["p50"] - row["sdk"]["p50"])
+    assert "own ms (target <= 0.10)" in proc.stdout
