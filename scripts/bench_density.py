@@ -39,7 +39,7 @@ from typing import Any
 import anyio
 import psutil
 from bench.stats import percentile  # scripts/bench/, beside this script
-from bench_manager import STEP_BOUND, _Scratch, _servers, _until
+from bench_manager import STEP_BOUND, _ms, _Scratch, _servers, _until
 
 from console_bridge import AsyncConsole, AsyncSessionManager, Owner
 
@@ -71,10 +71,6 @@ _KERNEL_LIMITS = {
     "fs.inotify.max_user_watches": "/proc/sys/fs/inotify/max_user_watches",
     "user.max_user_namespaces": "/proc/sys/user/max_user_namespaces",
 }
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
 
 
 def kernel_limits() -> dict[str, int | None]:
@@ -161,7 +157,7 @@ def session_roots(pids: list[int | None]) -> list[int]:
     return roots
 
 
-def survey(roots: list[int]) -> dict[str, Any]:
+def survey(roots: list[int]) -> list[dict[str, Any]]:
     """Every process of every session tree, one record each (a single pass over /proc)."""
     children: dict[int, list[int]] = defaultdict(list)
     for proc in psutil.process_iter(["ppid"]):
@@ -176,7 +172,7 @@ def survey(roots: list[int]) -> dict[str, Any]:
                 record = _process_record(psutil.Process(pid), index, pid == root)
                 if record is not None:
                     records.append(record)
-    return {"records": records}
+    return records
 
 
 def summarize_survey(records: list[dict[str, Any]], n: int) -> dict[str, Any]:
@@ -317,7 +313,7 @@ async def measure_live(
     if len(roots) != n:
         report["errors"].append(f"found the supervisor of {len(roots)} of {n} sessions")
     survey_started = time.perf_counter()
-    records = (await anyio.to_thread.run_sync(survey, roots))["records"]
+    records = await anyio.to_thread.run_sync(survey, roots)
     report["survey_s"] = round(time.perf_counter() - survey_started, 2)
     report["per_session"] = summarize_survey(records, max(1, len(roots)))
     report["host"] = host_figures()
@@ -416,16 +412,20 @@ async def run_manager(
                 return report
             await measure_live(live, plan, log, report)
             claims, to_result = [], []
-            for index in range(plan["claims"]):
-                await _until(lambda: manager.stats().warm >= 1)
-                t0 = time.perf_counter()
-                console = await manager.open(owner=Owner(f"claimer-{index}"))
-                claims.append(time.perf_counter() - t0)
-                try:
-                    await _check_one_plus_one(console, "1", "1")
-                    to_result.append(time.perf_counter() - t0)
-                finally:
-                    await manager.close(manager.id_of(console))
+            try:  # a claim that fails (no warm-up succeeds) is reported; the figures above are kept
+                for index in range(plan["claims"]):
+                    await _until(lambda: manager.stats().warm >= 1)
+                    t0 = time.perf_counter()
+                    console = await manager.open(owner=Owner(f"claimer-{index}"))
+                    claims.append(time.perf_counter() - t0)
+                    try:
+                        await _check_one_plus_one(console, "1", "1")
+                        to_result.append(time.perf_counter() - t0)
+                    finally:
+                        await manager.close(manager.id_of(console))
+            except Exception as exc:
+                why = manager.stats().last_failure
+                report["errors"].append(f"claim {len(claims) + 1}: {type(exc).__name__}: {exc} (last failure: {why})")
             report["claim"] = _pcts(claims)
             report["claim_to_result"] = _pcts(to_result)
             log(f"  warm claim: p50 {report['claim']['p50_ms']} ms, to the first result {report['claim_to_result']}")
@@ -456,9 +456,7 @@ async def run(binary: Path, quick: bool, log: Callable[[str], None], n: int, mod
         "host_processes_at_start": len(psutil.pids()),
     }
     loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    if task is not None:
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)  # a SIGTERM closes every session too
+    loop.add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)  # type: ignore[union-attr]  # closes all
     runners = {"manager": run_manager, "direct": run_direct}
     try:
         for mode in modes:
@@ -538,6 +536,7 @@ ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("cgroups / scopes created", ("per_session",), "cgroups"),
     ("host process RSS / PSS", ("host",), "host"),
     ("host process fds / threads", ("host",), "host_fds"),
+    ("host process inotify instances / watches", ("host",), "host_inotify"),
     ("host CPU while starting", ("host_cpu_starting_s",), "s"),
     ("idle CPU of the whole tree over the window", ("idle",), "idle"),
     ("warm claim p50 / p99", ("claim",), "pcts"),
@@ -558,6 +557,8 @@ def _cell(value: Any, kind: str) -> str:
         return f"{value['cgroups_created']} / {value['scopes_created']}"
     if kind == "host":
         return f"{value['rss_mib']} / {value['pss_mib']} MiB"
+    if kind == "host_inotify":
+        return f"{value['inotify_instances']} / {value['inotify_watches']}"
     if kind == "host_fds":
         return f"{value['fds']} / {value['threads']}"
     if kind == "idle":
@@ -595,4 +596,5 @@ def table(report: dict[str, Any]) -> str:
 def _role_cell(figures: dict[str, float] | None) -> str:
     if figures is None:
         return "n/a"
-    return f"{figures['pss_mib_per_session']} MiB ({figures['processes_per_session']:g} processes)"
+    count = figures["processes_per_session"]
+    return f"{figures['pss_mib_per_session']} MiB in {count:g} process{'' if count == 1 else 'es'}"
