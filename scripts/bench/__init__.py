@@ -14,6 +14,7 @@ Usage::
     .venv/bin/python scripts/bench.py --manager          # the session manager section only
     .venv/bin/python scripts/bench.py --serve            # `console-bridge serve` vs library vs raw
     .venv/bin/python scripts/bench.py --ray              # sessions on a 2-node Ray cluster (bench_ray.py)
+    .venv/bin/python scripts/bench.py --density 100      # 100 idle sessions live at once (bench_density.py)
 
 What is measured (docs/performance.md explains each figure):
 

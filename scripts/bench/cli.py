@@ -64,6 +64,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--ray", action="store_true", help="run the Ray section (scripts/bench_ray.py) instead; needs the [ray] extra"
     )
     parser.add_argument(
+        "--density",
+        type=int,
+        metavar="N",
+        help="run the density section (scripts/bench_density.py) instead: N idle sessions live at once",
+    )
+    parser.add_argument(
+        "--density-modes",
+        default="manager,direct",
+        metavar="LIST",
+        help="with --density: how the sessions are started, comma-separated: manager (AsyncSessionManager), "
+        "direct (AsyncConsole); default both, one after the other",
+    )
+    parser.add_argument(
         "--phases",
         metavar="LIST",
         help=f"run only these phases, comma-separated, in the usual order ({', '.join(PHASE_NAMES)}); "
@@ -100,6 +113,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         except ValueError:
             parser.error(f"--set {item!r}: not a number")
     args.overrides = overrides
+    if args.density is not None and args.density < 1:
+        parser.error(f"--density {args.density}: at least 1 session")
+    args.density_modes = tuple(name.strip() for name in args.density_modes.split(",") if name.strip())
+    unknown = sorted(set(args.density_modes) - {"manager", "direct"})
+    if unknown or not args.density_modes:
+        parser.error(f"--density-modes: unknown {', '.join(unknown) or 'nothing given'} (known: manager, direct)")
     if not args.binary.exists():
         parser.error(f"--binary {str(args.binary)!r} does not exist")
     args.binary = args.binary.absolute()
@@ -272,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_section(args, "bench_ray")
     if args.connection:
         return run_connection(args)
+    if args.density is not None:
+        return run_section(args, "bench_density", n=args.density, modes=args.density_modes)
     return asyncio.run(run(args))
 
 
@@ -337,8 +358,9 @@ def run_manager(args: argparse.Namespace) -> int:
     return run_section(args, "bench_manager")
 
 
-def run_section(args: argparse.Namespace, module: str) -> int:
-    """A section in its own module beside this script (``run``, ``table``, targets, cleanup check)."""
+def run_section(args: argparse.Namespace, module: str, **options: Any) -> int:
+    """A section in its own module beside this script (``run``, ``table``, targets, cleanup check);
+    ``options`` go to its ``run``."""
     import importlib
 
     section = importlib.import_module(module)
@@ -346,12 +368,13 @@ def run_section(args: argparse.Namespace, module: str) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    report = asyncio.run(section.run(args.binary, args.quick, log))
+    report = asyncio.run(section.run(args.binary, args.quick, log, **options))
     report["meta"] = {"quick": args.quick, "binary": str(args.binary), "versions": versions(), "source": source_state()}
     print(section.table(report))
     for key, target in report["targets"].items():
         state = "met" if target["met"] else "MISSED"
-        print(f"target {key}: <= {target['threshold']:g} ms: {target['value']} -> {state}")
+        bound = f"{target.get('op', '<=')} {target['threshold']:g}{target.get('unit', ' ms')}"
+        print(f"target {key}: {bound}: {target['value']} -> {state}")
     print(f"cleanup: {'ok' if report['cleanup']['ok'] else 'FAILED ' + json.dumps(report['cleanup'])}")
     for error in report["errors"]:
         print(f"error: {error}")

@@ -176,3 +176,36 @@ def test_quick_connection_section_reports_the_gates_own_work(tmp_path: Path) -> 
         # own work is the bridge median less the SDK's: arithmetic, not a timing claim
         assert row["own_ms"] == pytest.approx(row["bridge"]["p50"] - row["sdk"]["p50"])
     assert "own ms (target <= 0.10)" in proc.stdout
+
+
+@pytest.mark.console
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_density_section_runs_with_two_sessions_and_leaks_nothing(tmp_path: Path) -> None:
+    if not BINARY.exists():
+        pytest.skip(f"no mcp-console beside {sys.executable}")
+    out = tmp_path / "bench-density.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--density", "2", "--quick", "--json", str(out), "--binary", str(BINARY)],
+        capture_output=True,
+        text=True,
+        timeout=270,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    output = f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"bench.py --density 2 --quick exited {proc.returncode}\n{output}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["errors"] == [] and report["cleanup"]["ok"] is True
+    assert report["n"] == 2 and set(report["modes"]) == {"manager", "direct"}
+    for mode, figures in report["modes"].items():
+        assert figures["start"]["started"] == 2, mode
+        per_session = figures["per_session"]
+        assert per_session["pss_mib_per_session"] > 0 and per_session["processes_per_session"] >= 2, mode
+        assert per_session["fds_per_session"] > 0, mode
+        assert "supervisor" in per_session["by_role"], mode
+        assert figures["round_trip"]["count"] > 0 and figures["round_trip"]["p50_ms"] > 0, mode
+        assert figures["idle"]["window_s"] > 0, mode
+    assert report["modes"]["manager"]["claim"]["p50_ms"] > 0
+    assert "manager:pss_mib_per_session" in report["targets"]
+    assert "| PSS per session" in proc.stdout
