@@ -68,6 +68,9 @@ __all__ = [
 
 SANDBOX_URI = "console://session/sandbox"
 TRANSCRIPT_URI = "console://session/transcript"
+#: The transcript of one console by its handle (``console_open``): the caller's own consoles only.
+CONSOLE_TRANSCRIPT = "console://console/{console_id}/transcript"
+_CONSOLE_TRANSCRIPT = re.compile(r"console://console/([^/]+)/transcript")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +127,9 @@ def bridge_note(console: AsyncConsole) -> str:
         f"it. Within an MCP session a `send` without `{CONSOLE_ID}` uses that session's own console (opened at "
         f"its first send). `{LIST}` shows your consoles, `{CLOSE}` ends one. There is no human approval at this "
         "server: what code may write is governed by the sandbox profile alone. Resources: "
-        f"{SANDBOX_URI} (the verified sandbox and limits, JSON) and {TRANSCRIPT_URI} (the transcript of this "
-        "session's own console so far). Cancelling a `send` interrupts the cell."
+        f"{SANDBOX_URI} (the verified sandbox and limits, JSON), {TRANSCRIPT_URI} (the transcript of this "
+        f"session's own console so far) and {CONSOLE_TRANSCRIPT} (a console you opened). "
+        "Cancelling a `send` interrupts the cell."
     )
 
 
@@ -441,7 +445,16 @@ def build_server(
     async def list_resource_templates(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=[])
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=CONSOLE_TRANSCRIPT,
+                    name="console transcript",
+                    description="The transcript of a console you opened (console_open): cells and output (Markdown).",
+                    mime_type="text/markdown",
+                )
+            ]
+        )
 
     async def list_prompts(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -460,20 +473,30 @@ def build_server(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
-        if uri not in (SANDBOX_URI, TRANSCRIPT_URI):
+        by_handle = _CONSOLE_TRANSCRIPT.fullmatch(uri)
+        if uri not in (SANDBOX_URI, TRANSCRIPT_URI) and by_handle is None:
             raise MCPError(  # SEP-2164: not found is -32602 with the URI in data
                 types.INVALID_PARAMS,
-                f"unknown resource {uri!r}; offered: {SANDBOX_URI}, {TRANSCRIPT_URI}",
+                f"unknown resource {uri!r}; offered: {SANDBOX_URI}, {TRANSCRIPT_URI}, {CONSOLE_TRANSCRIPT}",
                 data={"uri": uri},
             )
         if uri == SANDBOX_URI:
             text, mime = json.dumps(template.sandbox, indent=2), "application/json"
         else:
             caller = resolve(ctx)
-            held = consoles.session_console(caller.identity, caller.session)
             mime = "text/markdown"
+            if by_handle is not None:
+                try:  # the caller's own consoles only; another identity's is unknown (and audited)
+                    held: Held | None = consoles.get(caller.identity, by_handle.group(1))
+                except BridgeError as exc:
+                    raise MCPError(types.INVALID_PARAMS, exc.message, data={"uri": uri}) from None
+            else:
+                held = consoles.session_console(caller.identity, caller.session)
             if held is None:
-                text = "(no cell has run in this session yet)\n"
+                text = (
+                    "(this MCP session has no console of its own yet: no send without console_id ran here; for a "
+                    f"console from {OPEN}, read {CONSOLE_TRANSCRIPT})\n"
+                )
             else:
                 try:
                     text = await anyio.to_thread.run_sync(read_transcript, held.console, opts.transcript_max_bytes)

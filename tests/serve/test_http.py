@@ -16,6 +16,7 @@ import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.serve.conftest import HttpServer, finalized, leftovers, recordings_of
 
@@ -192,9 +193,19 @@ async def test_identities_handles_and_the_2026_era(http_server: Any, tmp_path: P
     async with modern(server, ALICE) as again:  # a reconnect with the same handle keeps the state
         kept = await again.call_tool("send", {"python": "secret", "console_id": console_id})
         assert text(kept).strip() == "'alice'"
+        # the console's own transcript, by its handle (the session transcript has none: no session here)
+        [listed] = (await again.list_resource_templates()).resource_templates
+        assert listed.uri_template == "console://console/{console_id}/transcript"
+        mine = (await again.read_resource(f"console://console/{console_id}/transcript")).contents[0]
+        assert "secret = 'alice'" in mine.text  # type: ignore[union-attr]
+        session = (await again.read_resource("console://session/transcript")).contents[0]
+        assert "console://console/{console_id}/transcript" in session.text  # type: ignore[union-attr]
     async with modern(server, BOB) as bob:
         stolen = await bob.call_tool("send", {"python": "secret", "console_id": console_id})
         assert stolen.is_error and "unknown console_id" in text(stolen) and "alice" not in text(stolen)
+        with pytest.raises(MCPError, match="unknown console_id") as refused_read:
+            await bob.read_resource(f"console://console/{console_id}/transcript")
+        assert refused_read.value.code == -32602 and "alice" not in str(refused_read.value)
         assert (await bob.call_tool("console_list", {})).structured_content == {"consoles": []}
         closing = await bob.call_tool("console_close", {"console_id": console_id})
         assert closing.is_error
@@ -212,7 +223,7 @@ async def test_identities_handles_and_the_2026_era(http_server: Any, tmp_path: P
         assert hijack.status_code == 404
     events = [json.loads(line) for line in audit.read_text().splitlines()]
     refused = [e for e in events if e.get("event") == "console_id_refused"]
-    assert len(refused) == 2 and {(e["owner"], e["console_owner"]) for e in refused} == {("bob", "alice")}, refused
+    assert len(refused) == 3 and {(e["owner"], e["console_owner"]) for e in refused} == {("bob", "alice")}, refused
     assert console_id not in audit.read_text()  # (a handle is a bearer: only its first characters)
     owners = {e.get("owner") for e in events if e.get("event") == "call_start"}
     assert owners == {"alice", "bob"}, owners  # each console's cells (its probe too) under its client's identity

@@ -205,7 +205,8 @@ async def test_handles_in_both_eras(tmp_path: Path) -> None:
     async with stdio_client(params(tmp_path)) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         assert (await session.list_prompts()).prompts == []
-        assert (await session.list_resource_templates()).resource_templates == []
+        [template] = (await session.list_resource_templates()).resource_templates
+        assert template.uri_template == "console://console/{console_id}/transcript"
         opened = await session.call_tool("console_open", {})
         assert not opened.is_error, text(opened)
         assert opened.structured_content is not None
@@ -213,6 +214,11 @@ async def test_handles_in_both_eras(tmp_path: Path) -> None:
         assert len(console_id) >= 22 and opened.structured_content["idle_timeout_s"] == 600
         await session.call_tool("send", {"python": "where = 'handle'", "console_id": console_id})
         await session.call_tool("send", {"python": "where = 'session'"})
+        # each console's transcript by its handle; the session's own is another console
+        by_handle = (await session.read_resource(f"console://console/{console_id}/transcript")).contents[0]
+        assert "where = 'handle'" in by_handle.text and "where = 'session'" not in by_handle.text  # type: ignore[union-attr]
+        own = (await session.read_resource("console://session/transcript")).contents[0]
+        assert "where = 'session'" in own.text and "where = 'handle'" not in own.text  # type: ignore[union-attr]
         mine = await session.call_tool("send", {"python": "where", "console_id": console_id})
         assert text(mine).strip() == "'handle'"
         assert text(await session.call_tool("send", {"python": "where"})).strip() == "'session'"
