@@ -1,6 +1,12 @@
 """Names added to some folders, from the kernel (inotify), so a folder that gains a file a cell
 is not listed again each cell. Linux only; where inotify is unavailable or its watches run out,
-``FolderWatch.add`` says so and the caller lists the folder instead."""
+``FolderWatch.add`` says so and the caller lists the folder instead.
+
+Every watch of a process shares one inotify instance (``_Hub``): the kernel allows a user 128
+instances by default (``fs.inotify.max_user_instances``), and two per session (the recording's cap,
+the writes' changes) stopped a host at 64 sessions. The hub reads the one queue and hands each
+watch the events of the folders it added, with the events it asked for.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import ctypes
 import ctypes.util
 import os
 import struct
+import threading
 import weakref
 from collections.abc import Iterator
 
@@ -33,21 +40,136 @@ def _lib() -> ctypes.CDLL | None:
             _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
             _libc.inotify_init1.argtypes = [ctypes.c_int]
             _libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+            _libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
         except (OSError, AttributeError):
             return None
     return _libc
 
 
-class FolderWatch:
-    """One inotify instance: the folders added to it report the names created or moved into them."""
+_IN_MASK_ADD = 0x20000000
+#: Events one watch may have waiting before they are dropped for a queue overflow (a watch that is not drained).
+_MAX_WAITING = 65_536
+Event = tuple[int, int, bytes]
+
+
+class _Hub:
+    """The process's one inotify instance, shared by every watch (``owner``: a token per watch).
+
+    A folder two watches add is one kernel watch (``IN_MASK_ADD``: the union of their masks); each
+    event goes to the watches of its folder whose mask asks for it, a queue overflow to all. The kernel
+    watch is removed when the last watch that added it lets go. Made again in a forked child (the
+    parent's queue is the parent's)."""
 
     def __init__(self) -> None:
         lib = _lib()
+        self.pid = os.getpid()
         self.fd = lib.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC) if lib is not None else -1
+        self.lock = threading.Lock()
+        self.owners: dict[int, dict[int, int]] = {}  # kernel watch -> {owner: the events it asked for}
+        self.waiting: dict[int, list[Event]] = {}  # owner -> its events not yet taken
+
+    def add(self, owner: int, folder: str, mask: int) -> int:
+        """Watch ``folder`` for ``owner`` (never through a symlink); the watch's number, -1 when it cannot."""
+        lib = _lib()
+        if self.fd < 0 or lib is None:
+            return -1
+        with self.lock:
+            self._route()  # what is queued now belongs to the owners before this one
+            wd = int(lib.inotify_add_watch(self.fd, os.fsencode(folder), mask | _IN_MASK_ADD | _IN_ONLYDIR))
+            if wd >= 0:
+                self.owners.setdefault(wd, {})[owner] = mask
+                self.waiting.setdefault(owner, [])
+            return wd
+
+    def take(self, owner: int) -> list[Event]:
+        """The events for ``owner`` since it last took them."""
+        if self.fd < 0:
+            return []
+        with self.lock:
+            self._route()
+            events = self.waiting.get(owner)
+            if not events:
+                return []
+            self.waiting[owner] = []
+            return events
+
+    def release(self, owner: int) -> None:
+        """``owner`` is done: its events dropped, the kernel watches no other owner holds removed."""
+        lib = _lib()
+        with self.lock:
+            self.waiting.pop(owner, None)
+            for wd in [wd for wd, held in self.owners.items() if owner in held]:
+                held = self.owners[wd]
+                del held[owner]
+                if not held:
+                    del self.owners[wd]
+                    if lib is not None and self.fd >= 0 and os.getpid() == self.pid:
+                        lib.inotify_rm_watch(self.fd, wd)
+
+    def _route(self) -> None:
+        for wd, mask, name in _events(self.fd):
+            if mask & _IN_Q_OVERFLOW:
+                targets = list(self.waiting)
+            else:
+                held = self.owners.get(wd, {})
+                targets = [o for o, wanted in held.items() if mask & (wanted | _IN_IGNORED)]
+                if mask & _IN_IGNORED:  # the folder is gone: the kernel dropped its watch
+                    self.owners.pop(wd, None)
+            for owner in targets:
+                queue = self.waiting.get(owner)
+                if queue is None:
+                    continue
+                if len(queue) >= _MAX_WAITING:
+                    self.waiting[owner] = [(-1, _IN_Q_OVERFLOW, b"")]
+                else:
+                    queue.append((wd, mask, name))
+
+
+_hub_lock = threading.Lock()
+_the_hub: _Hub | None = None
+_owners = iter(range(1, 1 << 62))
+
+
+def _hub() -> _Hub:
+    """This process's hub (made again after a fork, or when the last try got no instance)."""
+    global _the_hub
+    with _hub_lock:
+        if _the_hub is None or _the_hub.pid != os.getpid() or _the_hub.fd < 0:
+            _the_hub = _Hub()
+        return _the_hub
+
+
+class _Watch:
+    """A watch on the process's hub: ``add`` folders, ``_take`` their events, ``close`` (or garbage
+    collection) lets go of them."""
+
+    def __init__(self, mask: int) -> None:
+        self._mask = mask
+        self._hub = _hub()
+        self._owner = next(_owners)
+        self.fd = self._hub.fd  # -1: no inotify here (the callers count without it)
+        if self.fd >= 0:
+            self._finalizer = weakref.finalize(self, self._hub.release, self._owner)
+
+    def _add(self, folder: str) -> int:
+        return self._hub.add(self._owner, folder, self._mask | _IN_DONT_FOLLOW) if self.fd >= 0 else -1
+
+    def _take(self) -> list[Event]:
+        return self._hub.take(self._owner) if self.fd >= 0 else []
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            self._finalizer()
+            self.fd = -1
+
+
+class FolderWatch(_Watch):
+    """Folders added to it report the names created or moved into them."""
+
+    def __init__(self) -> None:
+        super().__init__(_IN_CREATE | _IN_MOVED_TO)
         self._folders: dict[int, str] = {}
         self.overflowed = False
-        if self.fd >= 0:
-            self._finalizer = weakref.finalize(self, os.close, self.fd)
 
     @property
     def available(self) -> bool:
@@ -55,12 +177,7 @@ class FolderWatch:
 
     def add(self, folder: str) -> bool:
         """Watch ``folder`` (never through a symlink); False when it cannot be watched."""
-        lib = _lib()
-        if self.fd < 0 or lib is None:
-            return False
-        wd = lib.inotify_add_watch(
-            self.fd, os.fsencode(folder), _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR | _IN_DONT_FOLLOW
-        )
+        wd = self._add(folder)
         if wd < 0:
             return False
         self._folders[wd] = folder
@@ -73,9 +190,7 @@ class FolderWatch:
         """The names added to each watched folder since the last drain. After a queue overflow
         ``overflowed`` is True: some names were lost, and the caller lists every folder again."""
         added: dict[str, set[str]] = {}
-        if self.fd < 0:
-            return added
-        for wd, mask, name in _events(self.fd):
+        for wd, mask, name in self._take():
             if mask & _IN_Q_OVERFLOW:
                 self.overflowed = True
             elif mask & _IN_IGNORED:
@@ -85,10 +200,8 @@ class FolderWatch:
         return added
 
     def close(self) -> None:
-        if self.fd >= 0:
-            self._finalizer()
-            self.fd = -1
-            self._folders.clear()
+        self._close()
+        self._folders.clear()
 
 
 _IN_MODIFY = 0x2
@@ -101,7 +214,7 @@ _MAX_CHANGED = 200_000
 _CHANGES = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 
 
-class ChangeWatch:
+class ChangeWatch(_Watch):
     """What changed under some trees between two walks of them, from the kernel: the bytes files
     grew by and the entries created, however many files the trees hold (a walk of 400,000 files
     takes seconds; this costs a ``stat`` per changed file). Every folder of the trees is watched
@@ -109,8 +222,7 @@ class ChangeWatch:
     the kernel's queue overflowed, and only the walks count until the next one has run."""
 
     def __init__(self) -> None:
-        lib = _lib()
-        self.fd = lib.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC) if lib is not None else -1
+        super().__init__(_CHANGES)
         self.folders: dict[int, str] = {}
         self.complete = False  # every folder watched, nothing lost since (set by the walk that watched them)
         self.failed = False  # a folder could not be watched
@@ -118,14 +230,11 @@ class ChangeWatch:
         self.now: dict[str, int] = {}  # and now
         self.created = 0  # entries created (minus removed) since the last walk
         self.grown = 0  # bytes the changed files grew by since the last walk
-        if self.fd >= 0:
-            self._finalizer = weakref.finalize(self, os.close, self.fd)
 
     def add(self, folder: str) -> None:
-        lib = _lib()
-        if self.fd < 0 or lib is None:
+        if self.fd < 0:
             return
-        wd = lib.inotify_add_watch(self.fd, os.fsencode(folder), _CHANGES | _IN_ONLYDIR | _IN_DONT_FOLLOW)
+        wd = self._add(folder)
         if wd < 0:
             self.complete, self.failed = False, True
         else:
@@ -159,9 +268,7 @@ class ChangeWatch:
 
     def _read(self) -> set[str]:
         changed: set[str] = set()
-        if self.fd < 0:
-            return changed
-        for wd, mask, name in _events(self.fd):
+        for wd, mask, name in self._take():
             if mask & _IN_Q_OVERFLOW:
                 self.complete = False
                 continue
@@ -196,10 +303,8 @@ class ChangeWatch:
         return changed
 
     def close(self) -> None:
-        if self.fd >= 0:
-            self._finalizer()
-            self.fd = -1
-            self.folders.clear()
+        self._close()
+        self.folders.clear()
 
 
 def _events(fd: int) -> Iterator[tuple[int, int, bytes]]:
