@@ -35,6 +35,7 @@ from console_bridge._console._workspace import vet_workspace
 from console_bridge._errors import BridgeError, LaunchRefused
 from console_bridge._extras import install_hint
 from console_bridge.cli._common import FiniteFloat, error_text, human_size, table
+from console_bridge.cli._doctor_capacity import capacity_text, capacity_walls
 
 __all__ = ["doctor_command"]
 
@@ -311,6 +312,18 @@ def _check_limits() -> list[Check]:
     return checks
 
 
+def _check_capacity() -> Check:
+    """How many sessions this user can hold at once, and the kernel setting that stops them first."""
+    walls = capacity_walls()
+    data = {
+        "walls": [
+            {"setting": w.setting, "value": w.value, "per_session": w.per_session, "sessions": w.sessions}
+            for w in walls
+        ]
+    }
+    return Check("capacity", "info", capacity_text(walls), required=False, data=data)
+
+
 def _check_view(binary: Binary | None, prefix: Path | None) -> Check:
     """What a cell of a session started here would see of the host (besides the workspace and TMPDIR)."""
     if host_gap(detect_host()) is not None:
@@ -545,6 +558,7 @@ def doctor_command(
         binary_check,
         *_check_namespaces(),
         *_check_limits(),
+        _check_capacity(),
         _check_sandbox(binary, prefix, timeout),
         python_check,
         _check_embedding(prefix),

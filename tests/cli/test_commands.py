@@ -75,6 +75,34 @@ def test_doctor_json_passes_here(cb: Runner, tmp_path: Path) -> None:
     assert checks["project config"]["status"] == "ok"
     assert "global config" in checks
     assert not (tmp_path / "recs").exists()  # the doctor's own session records in a scratch folder
+    # capacity: the kernel's per-user allowances, lowest first, read from /proc here
+    walls = checks["capacity"]["walls"]
+    instances = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    assert {
+        "setting": "fs.inotify.max_user_instances",
+        "value": instances,
+        "per_session": 1,
+        "sessions": instances - 1,
+    } in walls
+    assert [w["sessions"] for w in walls] == sorted(w["sessions"] for w in walls)
+    assert checks["capacity"]["detail"].startswith(f"about {walls[0]['sessions']} sessions at once")
+
+
+def test_capacity_names_the_setting_that_stops_sessions_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    from console_bridge.cli import _doctor_capacity
+
+    values = {
+        "/proc/sys/fs/inotify/max_user_instances": 128,
+        "/proc/sys/fs/inotify/max_user_watches": 8192,
+        "/proc/sys/user/max_user_namespaces": 30,
+        "/proc/sys/kernel/pid_max": 4_194_304,
+    }
+    monkeypatch.setattr(_doctor_capacity, "_read_int", values.get)
+    walls = _doctor_capacity.capacity_walls()
+    assert walls[0].setting == "user.max_user_namespaces" and walls[0].sessions == 10  # 3 per session
+    text = _doctor_capacity.capacity_text(walls)
+    assert text.startswith("about 10 sessions at once: user.max_user_namespaces is 30 and a session takes 3")
+    assert "sysctl user.max_user_namespaces=N" in text and "fs.inotify.max_user_instances 128 (127)" in text
 
 
 def test_doctor_warns_about_a_project_config_and_fails_without_a_binary(cb: Runner, tmp_path: Path) -> None:
