@@ -5,6 +5,11 @@
 #       that names `--security-opt seccomp=<the shipped profile>`;
 #   (b) `--security-opt seccomp=sandbox_profiles/seccomp-container.json`: the same run exits 0,
 #       confined, and `console-bridge doctor` passes;
+#   (e) with that profile, a cell that fights back (scripts/container/hostile.py: the user's
+#       ~/.bash_history, a host /tmp secret, /etc/shadow, /proc/sys, the venv, /etc, the network,
+#       /proc/*/root, setuid, mount) gets nothing and the next file runs; workflow commands it
+#       prints are fenced; a fork bomb that catches EAGAIN is stopped at --processes (exit 1); as
+#       root inside, the run is refused naming --user 1000 (no cell holds the container's root);
 #   (c) without any one call that profile adds to Docker's default, the run is refused (exit 3);
 #   (d) Podman (Debian's, runc, the same root file system by --rootfs): its default profile runs
 #       confined; Docker's default profile applied by Podman refuses naming `podman run ...`.
@@ -162,6 +167,39 @@ as_user --security-opt "seccomp=$REPO/sandbox_profiles/seccomp-container.json" c
 grep -E '^(ok|info|fail|warn) +(host|namespaces|limit)' "$WORK/doctor.out" >&2 || cat "$WORK/doctor.out" >&2
 grep -qE '^info +host +non-root in a Docker container' "$WORK/doctor.out" || die "(b) doctor does not say it is in a Docker container"
 log "(b) ok: the run and doctor pass"
+
+log "(e) a cell that fights back, with the shipped profile, as uid 1000 and as root inside"
+hostile() {   # $1: docker run options for the user, $2: the attack file; the secrets planted first, in the same container
+    docker run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 -e GITHUB_ACTIONS=true \
+        -e HOME="$home" -e ATTACK="$2" -w "$home/analysis" -v "$REPO/scripts/container:/attacks:ro" \
+        --security-opt "seccomp=$REPO/sandbox_profiles/seccomp-container.json" $1 cb-test sh -c '
+            echo "export TOKEN=HISTORY-TOKEN" > "$HOME/.bash_history" 2>/dev/null || true
+            echo HOST-SECRET > /tmp/host-secret
+            /opt/cb/bin/console-bridge run --processes 64 "/attacks/$ATTACK" /attacks/after.py'
+}
+for who in "--user 1000:1000" "--user 0:0"; do
+    set +e
+    hostile "$who" hostile.py >"$WORK/e.out" 2>"$WORK/e.err"
+    rc=$?
+    set -e
+    if [ "$who" = "--user 0:0" ] && [ "$rc" = 3 ] && grep -q "lacks CAP_SYS_ADMIN.*--user 1000" "$WORK/e.err"; then
+        log "(e) root inside: refused (exit 3, naming --user 1000): no cell runs as the container's root"
+        continue
+    fi
+    [ "$rc" = 0 ] || { cat "$WORK/e.out" "$WORK/e.err" >&2; die "(e) $who: the hostile run exited $rc"; }
+    ! grep -q "TOKEN\|HOST-SECRET\|: GOT " "$WORK/e.out" || { grep "ATTACK" "$WORK/e.out" >&2; die "(e) $who: an attack got through"; }
+    [ "$(grep -c '^ATTACK .*: blocked' "$WORK/e.out")" = 10 ] || { cat "$WORK/e.out" >&2; die "(e) $who: not every attack reported"; }
+    grep -q "^::stop-commands::" "$WORK/e.out" || { cat "$WORK/e.out" >&2; die "(e) $who: the cell's output was not fenced"; }
+    grep -q "after: the session still works" "$WORK/e.out" || die "(e) $who: the next file did not run"
+    log "(e) ok: $who: 10 attacks blocked, workflow commands fenced, the next file ran ($(grep -m1 'uid inside' "$WORK/e.out"))"
+    set +e
+    hostile "$who" forkbomb.py >"$WORK/f.out" 2>"$WORK/f.err"
+    rc=$?
+    set -e
+    [ "$rc" = 1 ] && grep -q "stopped at the processes limit" "$WORK/f.err" && ! grep -q "^GOT" "$WORK/f.out" \
+        || { cat "$WORK/f.out" "$WORK/f.err" >&2; die "(e) $who: the fork bomb was not reported as stopped at the limit"; }
+    log "(e) ok: $who: a fork bomb that catches EAGAIN is stopped at the processes limit (exit 1)"
+done
 
 log "(c) every call the profile adds is needed: without any one of them the run must fail"
 for call in $("$PY" -c 'import json, sys; print(*json.load(open(sys.argv[1]))["syscalls"][-1]["names"])' \
