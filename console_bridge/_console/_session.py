@@ -7,10 +7,10 @@ files in and out, and the model's tool.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -23,8 +23,9 @@ from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._session_start import ConsoleStart
 from console_bridge._console._session_state import SERVER, ConsoleStatus
 from console_bridge._console._whole_output import complete
-from console_bridge._errors import ApprovalDenied, Busy, CellTimeout, DependenciesRefused, NotAllowed
-from console_bridge._governance._policy import ApprovalRequest, run_approver
+from console_bridge._errors import Busy, CellTimeout, ConnectionClosed, DependenciesRefused, NotAllowed
+from console_bridge._governance._gate import Gate
+from console_bridge._governance._policy import Exposure
 from console_bridge._identity import current_owner
 from console_bridge._results import CellResult
 
@@ -344,6 +345,11 @@ class AsyncConsole(ConsoleStart):
         schema["properties"] = props
         deps = " Package installs (`requirements`) are disabled." if self.dependencies == "deny" else ""
         description = self._description + _BRIDGE_NOTE.format(cap=cap, deps=deps)
+        approval = self.policy.approve is not None
+        self._model_gate.govern(
+            {"name": "send", "description": description, "inputSchema": schema, "annotations": {}},
+            Exposure(exposed=True, needs_approval=approval, reasons=("runs code",)),
+        )
         return [
             ToolHandle(
                 name="send",
@@ -352,18 +358,35 @@ class AsyncConsole(ConsoleStart):
                 description=description,
                 input_schema=schema,
                 annotations={},
-                requires_approval=self.policy.approve is not None,
+                requires_approval=approval,
                 owner=self.owner,
                 invoke=self._model_send,
             )
         ]
 
+    @functools.cached_property
+    def _model_gate(self) -> Gate:
+        """The governance gate of the model's ``send``: its refusals, approval and their audit records
+        are a connection's (host calls go through the session's connection, which asks no approval)."""
+        return Gate(
+            self.policy,
+            SERVER,
+            owner=lambda: self.owner,
+            tools=("send",),
+            resources=(),
+            prompts=(),
+            note_error=lambda text: None,  # the status's last_error is the session connection's
+            closed_error=lambda what: ConnectionClosed(f"{what}: the model's send was never handed out", server=SERVER),
+        )
+
     async def _model_send(self, arguments: dict[str, Any]) -> CellResult:
+        gate = self._model_gate
+        pinned = gate.authorize("send")
         if arguments.get("control") == "restart":
-            self._audit_refusal(arguments, "restart is host-only")
+            gate.refuse("tool 'send'", "restart is host-only", tool="send")
             raise NotAllowed('control: "restart" is reserved for the host; send control: "interrupt" to stop a cell')
         if "requirements" in arguments and self.dependencies == "deny":
-            self._audit_refusal(arguments, "requirements under dependencies='deny'")
+            gate.refuse("tool 'send'", "requirements under dependencies='deny'", tool="send")
             raise DependenciesRefused(
                 "package installs (`requirements`) are disabled for this console; use the packages already installed",
                 server=SERVER,
@@ -374,34 +397,8 @@ class AsyncConsole(ConsoleStart):
             raise NotAllowed(f"send does not take {', '.join(unknown)}; allowed fields: {', '.join(sorted(props))}")
         args = dict(arguments)
         args["timeout_ms"] = self._window_ms(args.get("timeout_ms"))
-        approve = self.policy.approve
-        if approve is not None:
-            request = ApprovalRequest(
-                tool="send",
-                arguments=copy.deepcopy(args),  # the approver sees what runs and cannot change it
-                annotations={},
-                reason="runs code",
-                owner=current_owner() or self.owner,
-                server=SERVER,
-            )
-            approved, error = await run_approver(approve, request, timeout=self.policy.approval_timeout)
-            log = self.policy.audit_log
-            if log is not None:
-                from console_bridge._governance._audit import sha256_json
-
-                log.write(
-                    "approval",
-                    owner=str(request.owner),
-                    server=SERVER,
-                    tool="send",
-                    args_sha256=sha256_json(args),
-                    approved=approved,
-                    error=error,
-                    reason=request.reason,
-                )
-            if not approved:
-                why = f"the approval gate raised {error}" if error else "the approval gate said no"
-                raise ApprovalDenied(f"send was not approved: {why}; nothing was run", server=SERVER)
+        # The gate hands the approver a deep copy: what it approves is what runs.
+        await gate.approve(pinned, args, gate.next_call_id())
         try:
             if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
                 return for_model(await self._interrupt_cell(args["timeout_ms"]))
@@ -413,9 +410,3 @@ class AsyncConsole(ConsoleStart):
                 'control: "interrupt" to stop it (nothing was queued)',
                 server=SERVER,
             ) from None
-
-    def _audit_refusal(self, arguments: Mapping[str, Any], reason: str) -> None:
-        log = self.policy.audit_log
-        if log is not None:
-            owner = current_owner() or self.owner
-            log.write("refusal", owner=str(owner), server=SERVER, tool="send", reason=reason)

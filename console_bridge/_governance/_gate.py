@@ -17,6 +17,8 @@ connection step               the gate's part
 ``read_resource``,            :meth:`Gate.allow_resource`, :meth:`Gate.allow_prompt`, then
 ``get_prompt``                :meth:`Gate.finish_result`
 ``tools()``                   :meth:`Gate.exposed_tools`: what a model may see of each tool
+a facade's own tool           :meth:`Gate.govern` (exposure decided by the facade), then
+                              :meth:`Gate.authorize`, :meth:`Gate.refuse`, :meth:`Gate.approve`
 lifecycle, busy, discovery    :meth:`Gate.audit`, :meth:`Gate.refuse`
 ============================  ================================================================
 
@@ -204,6 +206,18 @@ class Gate:
             requires_approval=pinned.exposure.needs_approval,
         )
         return pinned
+
+    def govern(self, wire: dict[str, Any], exposure: Exposure) -> None:
+        """Govern a tool the gate's owner defines itself instead of listing it from a server (a
+        console's model ``send``, whose exposure is the console's decision, not the annotations').
+
+        Its calls then pass :meth:`authorize` and :meth:`approve` like a listed tool's. Nothing is
+        audited: no server's schema was seen. Raises ``ValueError`` for a tool off the allowlist.
+        """
+        name = str(wire["name"])
+        if name not in self.tools:
+            raise ValueError(f"tool {name!r} is not on the tools allowlist of this gate")
+        self._pinned[name] = Pinned(name, wire, tool_fingerprint(wire), (), exposure)
 
     # ------------------------------------------------------------- tool calls
     def authorize(self, name: str) -> Pinned:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from console_bridge import (
     Recordings,
     run_context,
 )
+from console_bridge._governance._audit import sha256_json
 from tests.console.conftest import alive, tree_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
@@ -185,6 +187,51 @@ async def test_an_approver_cannot_change_the_code_it_approved(mcp_console, works
         [send] = c.tools()
         result = await send({"python": "print('approved code')"})
         assert result.text.strip() == "approved code", result.text
+
+
+async def test_the_model_send_is_approved_and_audited_by_the_governance_gate(
+    mcp_console, workspace, recordings, tmp_path
+):
+    """Issue 33: the model send approved and audited on its own, beside the Gate. Now it goes through the
+    Gate: an approver that rewrites the request (the code, a host-only control, a nested field) changes
+    nothing that runs, what ran hashes to what was approved, and its records have a connection's shape."""
+    audit = tmp_path / "audit.jsonl"
+    owner = Owner("agent-1", "conv-7")
+    shown: list[dict[str, object]] = []
+
+    def approve(request):
+        shown.append(copy.deepcopy(dict(request.arguments)))
+        request.arguments["python"] = "print('not what was approved')"
+        request.arguments["control"] = "restart"  # a host-only control would wipe the session's state
+        request.arguments["requirements"] = {"action": "add", "python": ["requests"]}
+        request.arguments["requirements"]["python"].append("numpy")  # and a nested edit
+        return True
+
+    policy = Policy(approve=approve, audit=audit)
+    async with make(mcp_console, workspace, recordings, owner=owner, policy=policy) as c:
+        await c.run(python="kept = 'state'")
+        [send] = c.tools()
+        with run_context(owner):
+            result = await send({"python": "print('approved code')"})
+            assert result.text.strip() == "approved code", result.text
+            with pytest.raises(NotAllowed, match="reserved for the host"):
+                await send({"control": "restart"})
+            assert (await send({"python": "print(kept)"})).text.strip() == "state"  # no restart happened
+    assert shown[0] == {"python": "print('approved code')", "timeout_ms": int(c.poll_window * 1000)}
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    approvals = [r for r in lines if r["event"] == "approval"]
+    assert len(approvals) == 2 and all(r["approved"] is True for r in approvals)
+    first = approvals[0]
+    # the shape of an AsyncMcpConnection's approval record (see _governance/_audit.py)
+    assert (first["owner"], first["agent_id"], first["session_id"]) == ("agent-1/conv-7", "agent-1", "conv-7")
+    assert first["server"] == "mcp-console" and first["tool"] == "send" and first["reason"] == "runs code"
+    assert first["gate"] is True and first["connection"] and first["call"]
+    assert first["args_sha256"] == sha256_json(shown[0])
+    started = [r for r in lines if r["event"] == "call_start" and r["tool"] == "send"]
+    assert first["args_sha256"] in {r["args_sha256"] for r in started}, "what ran is not what was approved"
+    [refusal] = [r for r in lines if r["event"] == "refusal"]
+    assert refusal["target"] == "tool 'send'" and refusal["tool"] == "send" and refusal["connection"]
+    assert (refusal["agent_id"], refusal["reason"]) == ("agent-1", "restart is host-only")
 
 
 async def test_a_gate_that_never_answers_denies_the_model_send_after_approval_timeout(

@@ -20,6 +20,7 @@ from console_bridge import (
 )
 from console_bridge._governance._gate import Gate, allowlist
 from console_bridge._governance._pinning import tool_fingerprint
+from console_bridge._governance._policy import ApprovalRequest, Exposure
 
 READ = {"name": "read", "description": "Read a note.", "annotations": {"readOnlyHint": True}}
 WRITE = {"name": "write", "description": "Write a note.", "annotations": {"readOnlyHint": False}}
@@ -124,6 +125,30 @@ def test_approval_without_a_gate_is_denied_and_a_yes_passes() -> None:
         yes = gate(Policy(mode="read_write", approve=lambda request: request.arguments == {"text": "x"}))
         yes.admit([READ, WRITE], context)
         await yes.approve(yes.authorize("write"), {"text": "x"}, yes.next_call_id())
+
+    anyio.run(main)
+
+
+def test_a_governed_tool_is_exposed_as_its_owner_decides_and_its_approver_edits_a_copy() -> None:
+    """A facade's own tool (a console's model send): unannotated, yet exposed under read_only because
+    its owner says so; the approver gets a deep copy, so editing it (nested parts too) changes nothing."""
+
+    def approve(request: ApprovalRequest) -> bool:
+        arguments = request.arguments
+        assert isinstance(arguments, dict)
+        arguments["code"] = "print('not what was approved')"
+        arguments["options"]["mode"] = "write"
+        arguments["options"]["paths"].append("/etc/shadow")
+        return True
+
+    async def main() -> None:
+        g = gate(Policy(approve=approve), tools=("send",))
+        with pytest.raises(ValueError, match="not on the tools allowlist"):
+            g.govern({"name": "other"}, Exposure(True, True, ("runs code",)))
+        g.govern({"name": "send", "annotations": {}}, Exposure(True, True, ("runs code",)))
+        args = {"code": "print('approved')", "options": {"mode": "read", "paths": ["data.csv"]}}
+        await g.approve(g.authorize("send"), args, g.next_call_id())
+        assert args == {"code": "print('approved')", "options": {"mode": "read", "paths": ["data.csv"]}}
 
     anyio.run(main)
 
