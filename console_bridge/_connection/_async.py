@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import httpx2
@@ -20,7 +19,13 @@ from mcp.shared.exceptions import MCPError
 from console_bridge._config import ServerSpec, StdioSpec, check_auth, load_server_spec
 from console_bridge._confinement._plan import Supervision
 from console_bridge._connection import _input as input_rounds
-from console_bridge._connection._handles import NotCopyable, ToolHandle, capability_handles, tool_handles
+from console_bridge._connection._handles import (
+    NotCopyable,
+    ToolHandle,
+    capability_handles,
+    check_prefix,
+    tool_handles,
+)
 from console_bridge._connection._session_host import SessionHost, startup_error
 from console_bridge._connection._startup import start_within
 from console_bridge._connection._status import ConnectionStatus, Page, State
@@ -54,8 +59,6 @@ __all__ = ["AsyncMcpConnection", "ConnectionStatus", "Kind", "Page"]
 
 T = TypeVar("T")
 
-_PREFIX = re.compile(r"\A[A-Za-z0-9_-]{1,50}\Z")
-
 
 class AsyncMcpConnection(NotCopyable):
     """A governed client for one MCP server entry of an ``mcpServers`` config.
@@ -67,11 +70,11 @@ class AsyncMcpConnection(NotCopyable):
             result = await conn.call_tool("read_file", {"path": "README.md"})
             print(result.text)
 
-    Guarantees: fixed allowlists (discovery never widens them), one active request
-    at a time (a second raises :class:`Busy`, nothing sent), every request bounded
-    by ``timeout`` (on expiry :class:`CallTimeout` and the connection is closed),
-    a stdio child that gets only a short environment allowlist and never outlives
-    the connection, and the :class:`Policy` applied to every tool call.
+    Guarantees: fixed allowlists (discovery never widens them), one active request at a time
+    (a second raises :class:`Busy`, nothing sent), every request bounded by ``timeout`` (on expiry
+    :class:`CallTimeout` and the connection is closed), a stdio child that gets only a short
+    environment allowlist and never outlives the connection, the :class:`Policy` applied to every
+    tool call. ``protocol="legacy"`` skips the 2026-07-28 probe (a server known to speak 2025 only).
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class AsyncMcpConnection(NotCopyable):
         stderr_limit: int = 64 * 1024,
         supervision: Supervision | None = None,
         auth: httpx2.Auth | None = None,
+        protocol: Literal["auto", "legacy"] = "auto",
     ) -> None:
         if not isinstance(owner, Owner):
             raise LaunchRefused("owner must be an Owner(agent_id, session_id=None) assigned by the host")
@@ -98,6 +102,10 @@ class AsyncMcpConnection(NotCopyable):
         for label, value in (("timeout", timeout), ("startup_timeout", startup_timeout)):
             if not isinstance(value, int | float) or value <= 0:
                 raise LaunchRefused(f"{label} must be a positive number of seconds, not {value!r}")
+        if protocol not in ("auto", "legacy"):
+            raise LaunchRefused(
+                f"protocol must be 'auto' (2026-07-28, else the 2025 handshake) or 'legacy', not {protocol!r}"
+            )
         self._spec: ServerSpec = load_server_spec(config, server)
         check_auth(auth, self._spec)
         self.server = server
@@ -134,6 +142,7 @@ class AsyncMcpConnection(NotCopyable):
         self._seen_cursors: dict[str, set[str]] = {}
         self._server_info: dict[str, Any] | None = None
         self._instructions: str | None = None
+        self._negotiate = negotiate_auto if protocol == "auto" else ClientSession.initialize
         self._protocol: str | None = None  # the protocol version negotiated (2026-07-28, or a 2025 handshake one)
 
     @property
@@ -415,8 +424,8 @@ class AsyncMcpConnection(NotCopyable):
     async def _handshake(self, session: ClientSession) -> None:
         remaining = self.startup_timeout
 
-        # 2026-07-28 by server/discover where the server offers it, else the 2025 handshake (the SDK's policy)
-        await self._request("initialize", negotiate_auto, timeout=remaining, hold=False)
+        # "auto": 2026-07-28 by server/discover where the server offers it, else the 2025 handshake (the SDK's)
+        await self._request("initialize", self._negotiate, timeout=remaining, hold=False)
         self._server_info = wire(session.server_info) if session.server_info is not None else None
         self._instructions = session.instructions if isinstance(session.instructions, str) else None
         self._protocol = session.protocol_version
@@ -456,11 +465,8 @@ class AsyncMcpConnection(NotCopyable):
         """Read an allowlisted resource (exact URI), else :class:`NotAllowed` without contacting the server."""
         self._require_session(f"resource {uri!r}")  # owner and closed checks come before the allowlist
         self._gate.allow_resource(uri)
-
         started = time.monotonic()
-        result = await self._request(
-            f"resources/read {uri}", lambda s: input_rounds.read_resource(s, self.server, uri, self._asked(uri))
-        )
+        result = await self._request(f"resources/read {uri}", lambda s: input_rounds.read_resource(s, self._gate, uri))
         return self._gate.finish_result(resource_content(result), None, f"resource:{uri}", {"uri": uri}, started)
 
     async def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None) -> ToolResult:
@@ -468,18 +474,11 @@ class AsyncMcpConnection(NotCopyable):
         self._require_session(f"prompt {name!r}")  # owner and closed checks come before the allowlist
         self._gate.allow_prompt(name)
         args = {str(k): str(v) for k, v in (arguments or {}).items()}
-
         started = time.monotonic()
         result = await self._request(
-            f"prompts/get {name}", lambda s: input_rounds.get_prompt(s, self.server, name, args, self._asked(name))
+            f"prompts/get {name}", lambda s: input_rounds.get_prompt(s, self._gate, name, args)
         )
         return self._gate.finish_result(prompt_content(result), None, f"prompt:{name}", args, started)
-
-    def _asked(self, target: str, call_id: str | None = None) -> input_rounds.Answer:
-        """Audit what a server asked for during a request and what it got (``_input``)."""
-        return lambda requests, answer: self._gate.audit(
-            "input_request", target=target, call_id=call_id, requests=requests, answer=answer
-        )
 
     # ------------------------------------------------------------------ tools
     async def _verify_pins(self, session: ClientSession, name: str) -> None:
@@ -553,7 +552,7 @@ class AsyncMcpConnection(NotCopyable):
                 )
             result = await self._request(
                 f"tool {name!r}",
-                lambda s: input_rounds.call_tool(s, self.server, name, args, report, self._asked(name, call_id)),
+                lambda s: input_rounds.call_tool(s, self._gate, name, args, report, call_id),
                 hold=False,
             )
         except BridgeError as exc:
@@ -576,15 +575,13 @@ class AsyncMcpConnection(NotCopyable):
         ``prefix`` names them ``<prefix>_<tool>`` so tools of several servers never collide.
         """
         self._require_session("tools()")
-        if prefix is not None and not _PREFIX.match(prefix):
-            raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
+        check_prefix(prefix, optional=True)
         return tool_handles(self._gate.exposed_tools(), prefix, self.server, self.owner, self.call_tool)
 
     def capability_tools(self, prefix: str = "mcp") -> list[ToolHandle]:
         """Read-resource and get-prompt tools whose argument is an enum of the allowlist."""
         self._require_session("capability_tools()")
-        if not isinstance(prefix, str) or not _PREFIX.match(prefix):
-            raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
+        check_prefix(prefix)
         return capability_handles(
             prefix,
             self.server,

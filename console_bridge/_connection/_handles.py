@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from console_bridge._errors import NotAllowed
 from console_bridge._identity import Owner, check_owner
 from console_bridge._results import ToolResult
 
 if TYPE_CHECKING:
     from console_bridge._governance._gate import ToolView
 
-__all__ = ["NotCopyable", "ToolHandle", "capability_handles", "refuse_copy", "tool_handles"]
+__all__ = ["NotCopyable", "ToolHandle", "capability_handles", "check_prefix", "refuse_copy", "tool_handles"]
+
+_PREFIX = re.compile(r"\A[A-Za-z0-9_-]{1,50}\Z")
 
 Invoke = Callable[[dict[str, Any]], Awaitable[ToolResult]]
 BlockingInvoke = Callable[[dict[str, Any]], ToolResult]
+
+
+def check_prefix(prefix: object, *, optional: bool = False) -> None:
+    """A tool-name prefix is 1-50 letters, digits, ``_`` or ``-`` (None too when ``optional``), else
+    :class:`NotAllowed`."""
+    if optional and prefix is None:
+        return
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise NotAllowed(f"prefix {prefix!r} must be 1-50 letters, digits, '_' or '-'")
 
 
 def refuse_copy(obj: object) -> NoReturn:

@@ -28,8 +28,9 @@ from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
 
 from console_bridge._errors import ServerError
+from console_bridge._governance._gate import Gate
 
-__all__ = ["ROUNDS", "call_tool", "get_prompt", "read_resource", "with_input"]
+__all__ = ["ROUNDS", "audited", "call_tool", "get_prompt", "read_resource", "with_input"]
 
 #: A reply to ``tools/call``: its result, or a request for input. (The SDK session's own ``call_tool``
 #: would also check structured output against the tool's schema, listing the tools unasked when it
@@ -46,8 +47,17 @@ R = TypeVar("R")
 Send = Callable[[mcp_types.InputResponses | None, str | None], Awaitable[R | mcp_types.InputRequiredResult]]
 
 
-async def with_input(send: Send[R], what: str, server: str, on_input: Answer) -> R:
-    """``send(None, None)``, then every input round the server asks for answered as the module says."""
+def audited(gate: Gate, target: str, call_id: str | None = None) -> Answer:
+    """Audit what a server asked for during a request and what it got (``input_request``)."""
+    return lambda requests, answer: gate.audit(
+        "input_request", target=target, call_id=call_id, requests=requests, answer=answer
+    )
+
+
+async def with_input(send: Send[R], what: str, gate: Gate, call_id: str | None = None) -> R:
+    """``send(None, None)``, then every input round the server asks for answered as the module says
+    (each request audited through ``gate``)."""
+    server, on_input = gate.server, audited(gate, what, call_id)
 
     async def answer(key: str, request: mcp_types.InputRequest) -> mcp_types.InputResponse | mcp_types.ErrorData:
         if isinstance(request, mcp_types.ElicitRequest):
@@ -74,11 +84,11 @@ async def with_input(send: Send[R], what: str, server: str, on_input: Answer) ->
 
 def call_tool(
     session: ClientSession,
-    server: str,
+    gate: Gate,
     name: str,
     arguments: dict[str, Any],
     progress: ProgressFnT | None,
-    on_input: Answer,
+    call_id: str,
 ) -> Awaitable[mcp_types.CallToolResult]:
     """``tools/call`` through the SDK session (on 2026-07-28 it adds the request metadata and the
     ``Mcp-Param-*`` headers of the tool's listing)."""
@@ -91,12 +101,10 @@ def call_tool(
         )
         return await session.send_request(mcp_types.CallToolRequest(params=params), _RESULT, progress_callback=progress)
 
-    return with_input(send, f"tool {name!r}", server, on_input)
+    return with_input(send, f"tool {name!r}", gate, call_id)
 
 
-def read_resource(
-    session: ClientSession, server: str, uri: str, on_input: Answer
-) -> Awaitable[mcp_types.ReadResourceResult]:
+def read_resource(session: ClientSession, gate: Gate, uri: str) -> Awaitable[mcp_types.ReadResourceResult]:
     """``resources/read``, its input rounds answered."""
 
     async def send(
@@ -106,11 +114,11 @@ def read_resource(
             uri, input_responses=responses, request_state=state, allow_input_required=True
         )
 
-    return with_input(send, f"resource {uri!r}", server, on_input)
+    return with_input(send, f"resource {uri!r}", gate)
 
 
 def get_prompt(
-    session: ClientSession, server: str, name: str, arguments: dict[str, str], on_input: Answer
+    session: ClientSession, gate: Gate, name: str, arguments: dict[str, str]
 ) -> Awaitable[mcp_types.GetPromptResult]:
     """``prompts/get``, its input rounds answered."""
 
@@ -121,4 +129,4 @@ def get_prompt(
             name, arguments, input_responses=responses, request_state=state, allow_input_required=True
         )
 
-    return with_input(send, f"prompt {name!r}", server, on_input)
+    return with_input(send, f"prompt {name!r}", gate)

@@ -18,6 +18,7 @@ import anyio
 from console_bridge._connection._handles import ToolHandle
 from console_bridge._console import _values
 from console_bridge._console._files import check_glob, glob_match
+from console_bridge._console._model_schema import consistent_text, model_schema, without_nulls
 from console_bridge._console._observe import for_model, merge, split_chunk
 from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._session_start import ConsoleStart
@@ -32,10 +33,10 @@ from console_bridge._results import CellResult
 __all__ = ["AsyncConsole", "ConsoleStatus"]
 
 _BRIDGE_NOTE = (
-    "\n\nconsole-bridge: `timeout_ms` is capped at {cap} ms per call. A response that ends with "
-    "`[running; poll with an empty send]` means the cell is still running: call `send` again with no code "
-    '(`{{}}`) to keep watching it, or with `control: "interrupt"` to stop it. `control: "restart"` is '
-    "reserved for the host.{deps}"
+    "\n\nconsole-bridge: `timeout_ms` is capped at {cap} ms per call; a field sent as null is a field "
+    "not given. A response that ends with `[running; poll with an empty send]` means the cell is still "
+    "running: call `send` again with no code (`{{}}`) to keep watching it, or with "
+    '`control: "interrupt"` to stop it. `control: "restart"` is reserved for the host.{deps}'
 )
 
 
@@ -331,20 +332,11 @@ class AsyncConsole(ConsoleStart):
         ``deny``, approval through ``policy.approve`` when set, audited."""
         self._require("tools()")
         cap = int(self.poll_window * 1000)
-        schema = {k: v for k, v in self._send_schema.items()}
-        props = dict(schema.get("properties") or {})
-        if self.dependencies == "deny":
-            props.pop("requirements", None)
-        if "control" in props:
-            control = dict(props["control"])
-            control["enum"] = ["interrupt"]
-            control.pop("oneOf", None)
-            props["control"] = control
-        if "timeout_ms" in props:
-            props["timeout_ms"] = {**props["timeout_ms"], "maximum": cap}
-        schema["properties"] = props
-        deps = " Package installs (`requirements`) are disabled." if self.dependencies == "deny" else ""
-        description = self._description + _BRIDGE_NOTE.format(cap=cap, deps=deps)
+        installs = self.dependencies != "deny"
+        schema = model_schema(self._send_schema, cap, installs=installs)  # one definition, serve's too
+        deps = "" if installs else " Package installs (`requirements`) are disabled."
+        note = _BRIDGE_NOTE.format(cap=cap, deps=deps)
+        description = consistent_text(self._description, cap, installs=installs) + note
         approval = self.policy.approve is not None
         self._model_gate.govern(
             {"name": "send", "description": description, "inputSchema": schema, "annotations": {}},
@@ -380,6 +372,7 @@ class AsyncConsole(ConsoleStart):
         )
 
     async def _model_send(self, arguments: dict[str, Any]) -> CellResult:
+        arguments = without_nulls(arguments)  # every field is nullable: null means not given
         gate = self._model_gate
         pinned = gate.authorize("send")
         if arguments.get("control") == "restart":

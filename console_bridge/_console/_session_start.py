@@ -254,6 +254,7 @@ class ConsoleStart(ConsoleState):
                 startup_timeout=self.startup_timeout,
                 shutdown_grace=self.shutdown_grace,
                 supervision=supervision,
+                protocol="legacy",  # mcp-console speaks the 2025 handshake: no 2026-07-28 probe per start
             )
             try:
                 await self._conn.connect()

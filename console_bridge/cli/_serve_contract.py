@@ -1,14 +1,9 @@
 """What the model reads at ``console-bridge serve``: four tools and one set of numbers.
 
-Pure (no I/O): built from a console's own governed ``send`` tool (``console.tools()``, which
-stays as it is for the library) and serve's settings. The rules it keeps:
+Pure (no I/O): built from a console's own governed ``send`` tool (``console.tools()``: its schema
+and description come from the one definition in ``_console._model_schema``, caps stated, every
+field nullable) and serve's settings, which add:
 
-- the description, the schema and the notes state the same caps: no sentence advises a
-  ``timeout_ms`` above the cap, installs when they are disabled, or ``restart`` (host-only);
-  ``default`` never exceeds ``maximum``; ``control`` lists only what is allowed;
-- the schema survives strict conversions (OpenAI strict mode makes every field required):
-  every optional field is nullable, ``null`` means "not given", so a strict client never has
-  to send an interrupt or a code cell it did not mean;
 - a console is an explicit handle (``console_open`` -> ``console_id``); ``send`` takes it. It is
   mirrored into the ``Mcp-Param-Console-Id`` HTTP header (``x-mcp-header``, SEP-2243, MCP
   2026-07-28), so a load balancer can pin a console's calls to the replica that holds it; that
@@ -19,18 +14,18 @@ stays as it is for the library) and serve's settings. The rules it keeps:
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 
+from console_bridge._console._model_schema import nullable
+
 __all__ = [
     "CONSOLE_ID",
     "CONSOLE_ID_HEADER",
     "Lifetimes",
-    "consistent_text",
     "console_tools",
     "model_send_schema",
     "strip_nulls",
@@ -41,10 +36,6 @@ CONSOLE_ID = "console_id"
 #: The ``x-mcp-header`` name of ``console_id``: clients send it as the ``Mcp-Param-Console-Id`` header.
 CONSOLE_ID_HEADER = "Console-Id"
 OPEN, CLOSE, LIST = "console_open", "console_close", "console_list"
-
-_TIMEOUT_ADVICE = re.compile(r"timeout_ms\s*=\s*`?([0-9][0-9_,]*)")
-_DEFAULT_NOTE = re.compile(r"\(default [0-9][0-9,_]*\)")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,62 +64,13 @@ class Lifetimes:
         return "; ".join(parts) if parts else "no time limits"
 
 
-def _sentence_ok(sentence: str, cap: int, installs: bool) -> bool:
-    for match in _TIMEOUT_ADVICE.finditer(sentence):
-        if int(re.sub(r"[_,]", "", match.group(1))) > cap:
-            return False
-    if not installs and "requirements." in sentence:
-        return False
-    return not ("restart" in sentence and "reserved for the host" not in sentence)
-
-
-def consistent_text(text: str, cap: int, *, installs: bool) -> str:
-    """``text`` without the sentences that contradict serve's contract (a wait above ``cap`` ms,
-    installs when they are disabled, ``restart``), and with "(default N)" stating the cap."""
-    paragraphs = []
-    for paragraph in text.split("\n\n"):
-        kept = [s for s in _SENTENCE_END.split(paragraph) if _sentence_ok(s, cap, installs)]
-        if kept:
-            paragraphs.append(" ".join(kept))
-    return _DEFAULT_NOTE.sub(f"(default and maximum {cap})", "\n\n".join(paragraphs))
-
-
-def _nullable(prop: dict[str, Any]) -> dict[str, Any]:
-    out = dict(prop)
-    kind = out.get("type")
-    if isinstance(kind, str) and kind != "null":
-        out["type"] = [kind, "null"]
-    elif isinstance(kind, list) and "null" not in kind:
-        out["type"] = [*kind, "null"]
-    if isinstance(out.get("enum"), list) and None not in out["enum"]:
-        out["enum"] = [*out["enum"], None]
-    return out
-
-
-def model_send_schema(schema: Mapping[str, Any], cap: int, *, installs: bool, handle_note: str) -> dict[str, Any]:
-    """serve's ``send`` schema from the console's: every field nullable (null = not given),
-    ``timeout_ms`` defaulting to and capped at ``cap``, ``console_id`` added."""
+def model_send_schema(schema: Mapping[str, Any], *, handle_note: str) -> dict[str, Any]:
+    """serve's ``send`` schema: the console's own (``console.tools()``, from the one definition in
+    ``_console._model_schema``) with ``console_id`` added."""
     out = copy.deepcopy(dict(schema))
-    props: dict[str, Any] = {}
-    for name, prop in (out.get("properties") or {}).items():
-        if not isinstance(prop, dict):
-            props[name] = prop
-            continue
-        prop = _nullable(prop)
-        if isinstance(prop.get("description"), str):
-            prop["description"] = consistent_text(prop["description"], cap, installs=installs)
-        if name == "timeout_ms":
-            prop["maximum"] = cap
-            if not isinstance(prop.get("default"), int) or prop["default"] > cap:
-                prop["default"] = cap
-            prop.pop("format", None)  # "uint64": not a JSON Schema format; strict converters refuse it
-        if name == "control":
-            prop.pop("oneOf", None)
-        props[name] = prop
+    props = dict(out.get("properties") or {})
     props[CONSOLE_ID] = {"type": "string", "description": handle_note, "x-mcp-header": CONSOLE_ID_HEADER}
     out["properties"] = props
-    out["additionalProperties"] = False
-    out.pop("required", None)
     return out
 
 
@@ -137,11 +79,19 @@ def validation_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     cap (mcp-console's own habit is to ask for 300000 ms), not refused; and ``console_id`` may
     also be null (as every other field)."""
     props = dict(schema.get("properties") or {})
-    if isinstance(props.get("timeout_ms"), dict):
-        props["timeout_ms"] = {k: v for k, v in props["timeout_ms"].items() if k != "maximum"}
+    timeout = props.get("timeout_ms")
+    if isinstance(timeout, dict):
+        props["timeout_ms"] = _without_maximum(timeout)
     if isinstance(props.get(CONSOLE_ID), dict):
         props[CONSOLE_ID] = {**props[CONSOLE_ID], "type": ["string", "null"]}
     return {**schema, "properties": props}
+
+
+def _without_maximum(prop: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in prop.items() if k != "maximum"}
+    if isinstance(out.get("anyOf"), list):
+        out["anyOf"] = [_without_maximum(arm) if isinstance(arm, dict) else arm for arm in out["anyOf"]]
+    return out
 
 
 def strip_nulls(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,21 +116,15 @@ def console_tools(
     send_description: str,
     send_schema: Mapping[str, Any],
     *,
-    cap: int,
-    installs: bool,
     languages: tuple[str, ...],
     lifetimes: Lifetimes,
     session_consoles: bool = True,
 ) -> tuple[list[types.Tool], dict[str, Any]]:
     """The four tools the model sees, and the schema ``send`` arguments are validated against."""
     note = _handle_note(session_consoles)
-    schema = model_send_schema(send_schema, cap, installs=installs, handle_note=note)
+    schema = model_send_schema(send_schema, handle_note=note)
     limits = lifetimes.describe()
-    description = (
-        consistent_text(send_description, cap, installs=installs)
-        + f"\n\nconsole-bridge serve: omitted fields may be null (null means not given). {note} "
-        f"A console is {limits}."
-    )
+    description = f"{send_description}\n\nconsole-bridge serve: {note} A console is {limits}."
     handle_props = {
         CONSOLE_ID: {
             "type": "string",
@@ -188,7 +132,7 @@ def console_tools(
             "x-mcp-header": CONSOLE_ID_HEADER,
         }
     }
-    number = {"type": ["number", "null"]}
+    number = nullable({"type": "number"})
     opened = {
         "type": "object",
         "properties": {

@@ -262,8 +262,6 @@ def learn(console: AsyncConsole, lifetimes: Lifetimes) -> Template:
         handle.name,
         handle.description,
         handle.input_schema,
-        cap=int(status.poll_window * 1000),
-        installs=status.dependencies != "deny",
         languages=status.languages,
         lifetimes=lifetimes,
     )

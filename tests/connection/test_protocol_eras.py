@@ -13,8 +13,17 @@ from typing import Any
 
 import pytest
 
-from console_bridge import ApprovalDenied, AuditLog, NotAllowed, Policy, ServerError
-from tests.connection.helpers import server_entry
+from console_bridge import (
+    ApprovalDenied,
+    AsyncMcpConnection,
+    AuditLog,
+    LaunchRefused,
+    NotAllowed,
+    Owner,
+    Policy,
+    ServerError,
+)
+from tests.connection.helpers import read_log, server_entry
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +69,7 @@ async def test_an_elicitation_mid_call_is_declined_and_the_state_echoed(conns: A
     assert result.text == "state 2 answers {'q': {'action': 'decline'}}"
     asked = [json.loads(line) for line in audit.read_text().splitlines()]
     asked = [r for r in asked if r.get("event") == "input_request"]
-    expected = ("ask", ["q: elicitation/create"], "declined")
+    expected = ("tool 'ask'", ["q: elicitation/create"], "declined")
     assert [(r["target"], r["requests"], r["answer"]) for r in asked] == [expected] * 2
     assert (await conn.call_tool("plain", {})).text == "plain"  # the connection goes on
 
@@ -79,3 +88,17 @@ async def test_a_server_that_asks_without_end_is_cut_off(conns: Any) -> None:
     with pytest.raises(ServerError, match="asked for input more than 8 times"):
         await conn.call_tool("ask", {"rounds": 1000})
     assert (await conn.call_tool("plain", {})).text == "plain"
+
+
+async def test_legacy_skips_the_2026_probe(conns: Any, log: Path) -> None:
+    """``protocol="legacy"``: a server known to speak 2025 only (mcp-console) costs no probe per start."""
+    conn = conns(server_entry("wellbehaved.py", "--log", str(log)), protocol="legacy")
+    await conn.connect()
+    assert conn.status().protocol_version == "2025-11-25"
+    await conn.close()
+    assert read_log(log)[:2] == ["initialize", "notifications/initialized"] and "server/discover" not in read_log(log)
+
+
+def test_an_unknown_protocol_is_refused() -> None:
+    with pytest.raises(LaunchRefused, match="protocol must be 'auto'"):
+        AsyncMcpConnection({"mcpServers": {"s": {"command": "true"}}}, "s", owner=Owner("a"), protocol="2024")  # type: ignore[arg-type]

@@ -159,8 +159,9 @@ async def test_model_tool_is_governed(mcp_console, workspace, recordings, tmp_pa
         await c.run(python="'warm up the worker'")
         [send] = c.tools()
         props = send.input_schema["properties"]
-        assert "requirements" not in props and props["control"]["enum"] == ["interrupt"]
-        assert props["timeout_ms"]["maximum"] == 500
+        assert "requirements" not in props
+        assert props["control"]["anyOf"] == [{"type": "string", "enum": ["interrupt"]}, {"type": "null"}]
+        assert props["timeout_ms"]["anyOf"][0]["maximum"] == 500
         assert "poll with an empty send" in send.description and send.requires_approval
         with pytest.raises(NotAllowed):
             await send({"control": "restart"})
@@ -168,9 +169,12 @@ async def test_model_tool_is_governed(mcp_console, workspace, recordings, tmp_pa
             await send({"requirements": {"action": "add", "python": ["requests"]}})
         result = await send({"python": "print(6 * 7)", "timeout_ms": 10_000_000})
         assert result.text.strip() == "42"
+        # a strict client sends every field, the unused ones null: a plain cell, no interrupt, no restart
+        nulls = {"sql": None, "control": None, "stdin": None, "timeout_ms": None}
+        assert (await send({"python": "print('strict')", **nulls})).text.strip() == "strict"
         with pytest.raises(NotAllowed):  # ApprovalDenied is a NotAllowed
             await send({"python": "print('forbidden')"})
-    assert [r.arguments["timeout_ms"] for r in asked] == [500, 500]
+    assert [r.arguments["timeout_ms"] for r in asked] == [500, 500, 500]
     events = [json.loads(line)["event"] for line in audit.read_text().splitlines()]
     assert {"approval", "refusal", "call_start", "call_end"} <= set(events)
 

@@ -310,8 +310,9 @@ async def test_ok_server_starts_sends_and_closes(tmp_path: Path, workspace: Path
         assert fake.methods().count("tools/call") == 2  # the start-time confinement probe, then this send
 
         (handle,) = console.tools()
-        assert handle.input_schema["properties"]["control"]["enum"] == ["interrupt"]
-        assert handle.input_schema["properties"]["timeout_ms"]["maximum"] == 2000
+        props = handle.input_schema["properties"]
+        assert props["control"]["anyOf"] == [{"type": "string", "enum": ["interrupt"]}, {"type": "null"}]
+        assert props["timeout_ms"]["anyOf"][0]["maximum"] == 2000 and props["timeout_ms"]["default"] == 2000
         assert "requirements" not in handle.input_schema["properties"]
 
         await console.close()

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from console_bridge._console._model_schema import consistent_text, model_schema
 from console_bridge.cli._serve_contract import (
     CONSOLE_ID,
     CONSOLE_ID_HEADER,
     Lifetimes,
-    consistent_text,
     console_tools,
     strip_nulls,
 )
@@ -53,10 +53,14 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def tools() -> tuple[list[Any], dict[str, Any]]:
-    return console_tools(
-        "send", DESCRIPTION, SCHEMA, cap=30000, installs=False, languages=("python", "sql"), lifetimes=Lifetimes()
-    )
+def library_send(cap: int = 30000, installs: bool = False) -> tuple[str, dict[str, Any]]:
+    """What ``console.tools()`` hands serve: the description and schema from the one definition."""
+    return consistent_text(DESCRIPTION, cap, installs=installs), model_schema(SCHEMA, cap, installs=installs)
+
+
+def tools(lifetimes: Lifetimes | None = None) -> tuple[list[Any], dict[str, Any]]:
+    description, schema = library_send()
+    return console_tools("send", description, schema, languages=("python", "sql"), lifetimes=lifetimes or Lifetimes())
 
 
 def all_texts(tool: Any) -> list[str]:
@@ -68,8 +72,9 @@ def all_texts(tool: Any) -> list[str]:
 def test_every_number_agrees_with_the_cap() -> None:
     [send, *_], _ = tools()
     timeout = send.input_schema["properties"]["timeout_ms"]
-    assert timeout["maximum"] == 30000 and timeout["default"] <= timeout["maximum"]
-    assert "format" not in timeout
+    [number, null] = timeout["anyOf"]
+    assert null == {"type": "null"} and number["maximum"] == 30000 and timeout["default"] <= number["maximum"]
+    assert "format" not in number
     for text in all_texts(send):
         for number in re.findall(r"timeout_ms\s*=\s*`?([0-9][0-9,]*)", text):
             assert int(number.replace(",", "")) <= 30000, text
@@ -81,7 +86,18 @@ def test_every_number_agrees_with_the_cap() -> None:
 
 def test_control_lists_only_interrupt_and_null() -> None:
     [send, *_], _ = tools()
-    assert send.input_schema["properties"]["control"]["enum"] == ["interrupt", None]
+    control = send.input_schema["properties"]["control"]
+    assert control["anyOf"] == [{"type": "string", "enum": ["interrupt"]}, {"type": "null"}]
+
+
+def test_no_type_arrays_for_portability() -> None:
+    """Nullable fields are ``anyOf`` with ``{"type": "null"}``: several schema converters (and the MCP
+    Inspector's strict check) refuse a ``type`` array."""
+    [send, opener, *_], _ = tools()
+    for tool in (send, opener):
+        for schema in [tool.input_schema, tool.output_schema or {}]:
+            for name, prop in (schema.get("properties") or {}).items():
+                assert not isinstance(prop.get("type"), list), (tool.name, name, prop)
 
 
 def test_strict_conversion_keeps_every_field_optional_in_effect() -> None:
@@ -148,9 +164,7 @@ def test_validation_accepts_nulls_and_clamps_rather_than_refuses() -> None:
 
 def test_handle_tools_state_the_lifetimes() -> None:
     lifetimes = Lifetimes(idle_timeout=600, max_lifetime=3600, max_cell_time=120)
-    [send, opener, closer, lister], _ = console_tools(
-        "send", DESCRIPTION, SCHEMA, cap=30000, installs=False, languages=("python",), lifetimes=lifetimes
-    )
+    [send, opener, closer, lister], _ = tools(lifetimes)
     for tool in (send, opener):
         assert "600 s without use" in (tool.description or "")
         assert "3600 s after it opened" in (tool.description or "")
@@ -165,3 +179,25 @@ def test_consistent_text_keeps_what_agrees() -> None:
     assert consistent_text(text, 30000, installs=True) == "Use `timeout_ms=20000`. Plain sentence."
     assert "requirements.python" in consistent_text("Set `requirements.python`.", 30000, installs=True)
     assert consistent_text("Set `requirements.python`. Other.", 30000, installs=False) == "Other."
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@pytest.mark.parametrize("dependencies", ["deny", "allow"])
+async def test_serve_and_the_library_give_the_model_one_schema(tmp_path: Any, dependencies: str) -> None:
+    """Issue 32/33: serve's ``send`` is the console's own model tool (one definition,
+    ``_console._model_schema``) with ``console_id`` added; nothing else differs."""
+    from console_bridge import AsyncConsole
+    from console_bridge.cli._serve_mcp import learn
+    from tests.console.conftest import binary_for
+
+    async with AsyncConsole(tmp_path, command=str(binary_for("0.0.6")), dependencies=dependencies) as console:
+        [handle] = console.tools()
+        served = learn(console, Lifetimes()).send
+    schema = dict(served.input_schema)
+    props = dict(schema.pop("properties"))
+    assert props.pop(CONSOLE_ID)["x-mcp-header"] == CONSOLE_ID_HEADER
+    assert {**schema, "properties": props} == handle.input_schema
+    assert (served.description or "").startswith(handle.description)
+    assert ("requirements" in props) == (dependencies == "allow")
+    assert all("anyOf" in prop for prop in props.values())  # every field the model may leave null

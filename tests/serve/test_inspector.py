@@ -51,7 +51,7 @@ def test_inspector_over_stdio(tmp_path: Path) -> None:
     names = [tool["name"] for tool in listed["tools"]]
     assert names == ["send", "console_open", "console_close", "console_list"], names
     control = listed["tools"][0]["inputSchema"]["properties"]["control"]
-    assert [value for value in control["enum"] if value is not None] == ["interrupt"], control  # null: not given
+    assert control["anyOf"] == [{"type": "string", "enum": ["interrupt"]}, {"type": "null"}], control  # null: not given
     called = inspector(tmp_path, *server, "--method", "tools/call", "--tool-name", "send", "--tool-arg", "python=6*7")
     assert called["isError"] is False and called["content"][0]["text"].strip() == "42"
     read = inspector(tmp_path, *server, "--method", "resources/read", "--uri", "console://session/sandbox")

@@ -46,8 +46,8 @@ async def test_sdk_client_cells_resources_cancel_close(tmp_path: Path) -> None:
         assert [t.name for t in others] == ["console_open", "console_close", "console_list"]
         props = tool.input_schema["properties"]
         assert set(props) == {"python", "sql", "timeout_ms", "control", "stdin", "console_id"}
-        assert props["control"]["enum"] == ["interrupt", None]
-        assert props["timeout_ms"]["default"] <= props["timeout_ms"]["maximum"] == 30000
+        assert props["control"]["anyOf"] == [{"type": "string", "enum": ["interrupt"]}, {"type": "null"}]
+        assert props["timeout_ms"]["default"] <= props["timeout_ms"]["anyOf"][0]["maximum"] == 30000
         assert "reserved for the host" in (tool.description or "")
         assert "300000" not in (tool.description or "")
         # strict clients send every field, the unused ones null: that is a plain cell, not an interrupt
