@@ -45,6 +45,26 @@ def _imports(tree: ast.AST, in_function: bool = False) -> Iterator[tuple[ast.Imp
         yield from _imports(node, in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef))
 
 
+def _imported(modules: dict[str, Path]) -> Iterator[tuple[str, ast.Import | ast.ImportFrom, str, str, bool]]:
+    """Every name a package module imports: (module, node, from where, the name, inside a function).
+
+    ``from where`` is absolute (relative imports resolved); ``import a.b`` is ``("a.b", "*")``.
+    """
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node, in_function in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield name, node, alias.name, "*", in_function
+                continue
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                yield name, node, base, alias.name, in_function
+
+
 def _graph() -> dict[str, set[str]]:
     """Module -> the package modules it imports.
 
@@ -61,26 +81,14 @@ def _graph() -> dict[str, set[str]]:
         return name or None
 
     graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node, in_function in _imports(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    base = ".".join([*up, base] if base else up)
-                targets = [
-                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
-                ]
-            for target in targets:
-                resolved = owner(target)
-                if resolved is None or resolved == name:
-                    continue
-                if in_function and (name.startswith(resolved + ".") or resolved.startswith(name + ".")):
-                    continue  # a function reaching its own package's face, or a package's face its module
-                graph[name].add(resolved)
+    for name, _, base, imported, in_function in _imported(modules):
+        target = f"{base}.{imported}" if f"{base}.{imported}" in modules else base
+        resolved = owner(target)
+        if resolved is None or resolved == name:
+            continue
+        if in_function and (name.startswith(resolved + ".") or resolved.startswith(name + ".")):
+            continue  # a function reaching its own package's face, or a package's face its module
+        graph[name].add(resolved)
     return graph
 
 
