@@ -350,3 +350,90 @@ def test_the_layer_check_finds_stale_rows_and_homeless_modules() -> None:
         "docs/architecture.md: no import from `_low` across or up to `_room` any more: take the row off",
         "docs/architecture.md: `face` no longer imports Known from console_bridge._room._a: take it off the table",
     ]
+
+
+@dataclass(frozen=True)
+class House:
+    """The house in numbers (issue 33's closing note).
+
+    An arrow is one room importing another, however many modules do it (a face's arrows to other
+    faces are in its internal API, not across). ``depth`` is the longest
+    chain of rooms along arrows that do not go up: the floors the code has, whatever the table says.
+    Lines are the ``.py`` files' lines, as the size check counts them.
+    """
+
+    rooms: int
+    floors: int
+    arrows: set[tuple[str, str]]
+    across: set[tuple[str, str]]
+    upward: set[tuple[str, str]]
+    depth: int
+    lines: dict[str, int]
+    face_api: dict[str, set[tuple[str, str]]]
+
+    def report(self) -> str:
+        largest = max(self.lines, key=lambda room: self.lines[room])
+        total = sum(self.lines.values())
+        steps = {room: {b for a, b in self.arrows if a == room} for room in self.lines}
+        return "\n".join(
+            [
+                f"rooms: {self.rooms}, floors: {self.floors} (depth along the arrows: {self.depth} rooms)",
+                f"arrows: {len(self.arrows)}, across a floor: {len(self.across)}, upward: {len(self.upward)}",
+                *(f"  upward: {a} -> {b}" for a, b in sorted(self.upward)),
+                *(f"  across: {a} -> {b}" for a, b in sorted(self.across)),
+                *(f"  rooms importing each other: {', '.join(rooms)}" for rooms in _cycles(steps)),
+                f"largest room: {largest}, {self.lines[largest]} of {total} lines ({self.lines[largest] / total:.0%})",
+                *(
+                    f"  {face}: {len(names)} internal names from {len({module for module, _ in names})} modules"
+                    for face, names in sorted(self.face_api.items())
+                ),
+            ]
+        )
+
+
+def house() -> House:
+    """The house as the layer table and the imports draw it; ``python -m tests.test_layout`` prints it."""
+    layers = read_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    floor = layers.floors
+    arrows: set[tuple[str, str]] = set()
+    face_api: dict[str, set[tuple[str, str]]] = {face: set() for face in layers.faces}
+    for imported in _package_imports():
+        source, target = layers.room(imported.source), layers.room(imported.target)
+        if source is None or target is None or source == target:
+            continue
+        arrows.add((source, target))
+        if source in layers.faces and target != PUBLIC:
+            face_api[source].add((imported.target, imported.name))
+    lines = dict.fromkeys(floor, 0)
+    for name, path in _modules().items():
+        room = layers.room(name) or "(in no room)"
+        lines[room] = lines.get(room, 0) + len(path.read_text(encoding="utf-8").splitlines())
+    depth: dict[str, int] = {}
+
+    def chain(room: str) -> int:
+        if room not in depth:
+            depth[room] = 1  # (a circle across a floor counts once)
+            below = [b for a, b in arrows if a == room and floor[b] <= floor[a]]
+            depth[room] = 1 + max((chain(other) for other in below), default=0)
+        return depth[room]
+
+    return House(
+        rooms=len(floor),
+        floors=len(set(floor.values())),
+        arrows=arrows,
+        across={(a, b) for a, b in arrows if floor[a] == floor[b] and a not in layers.faces},
+        upward={(a, b) for a, b in arrows if floor[b] > floor[a]},
+        depth=max(chain(room) for room in floor),
+        lines=lines,
+        face_api=face_api,
+    )
+
+
+def test_the_house_counts_the_rows_of_the_table() -> None:
+    numbers = house()
+    assert numbers.across | numbers.upward == set(read_layers(ARCHITECTURE.read_text(encoding="utf-8")).arrows)
+    assert numbers.rooms == len(numbers.lines) > 0 and numbers.depth <= numbers.rooms
+
+
+if __name__ == "__main__":
+    print(house().report())
