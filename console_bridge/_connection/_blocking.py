@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import httpx2
 
@@ -43,6 +43,7 @@ class McpConnection(NotCopyable):
         shutdown_grace: float = 2.0,
         stderr_limit: int = 64 * 1024,
         auth: httpx2.Auth | None = None,
+        protocol: Literal["auto", "legacy"] = "auto",
     ) -> None:
         self._portal = Portal(self, f"McpConnection to {server!r}")
         try:
@@ -60,6 +61,7 @@ class McpConnection(NotCopyable):
                     shutdown_grace=shutdown_grace,
                     stderr_limit=stderr_limit,
                     auth=auth,
+                    protocol=protocol,
                 )
             )
         except BaseException:

@@ -102,3 +102,14 @@ async def test_legacy_skips_the_2026_probe(conns: Any, log: Path) -> None:
 def test_an_unknown_protocol_is_refused() -> None:
     with pytest.raises(LaunchRefused, match="protocol must be 'auto'"):
         AsyncMcpConnection({"mcpServers": {"s": {"command": "true"}}}, "s", owner=Owner("a"), protocol="2024")  # type: ignore[arg-type]
+
+
+def test_the_blocking_twin_takes_the_protocol_too(tmp_path: Path) -> None:
+    from console_bridge import McpConnection
+
+    config = {"mcpServers": {"s": server_entry("wellbehaved.py")}}
+    with McpConnection(config, "s", owner=Owner("a"), tools=["echo"], protocol="legacy") as conn:
+        assert conn.status().protocol_version == "2025-11-25"
+        assert conn.call_tool("echo", {"text": "hi"}).text == "hi"
+    with McpConnection(config, "s", owner=Owner("a"), tools=["echo"]) as conn:
+        assert conn.status().protocol_version == "2026-07-28"
