@@ -144,6 +144,11 @@ class ManagerChaos:
         """Survivors and leaks: what belongs to no listed session must be gone within the reap bound."""
         keep_pids: set[int] = set()
         if live is not None:
+            # A session still starting (a warm spare refilled after a claim) is listed without a pid yet:
+            # its supervisor would pass for a survivor. Wait for it to be up (a start under load took >10 s).
+            started = time.monotonic() + BOUNDS["warm"]
+            while any(info.pid is None for info in live.sessions()) and time.monotonic() < started:
+                await anyio.sleep(0.05)
             for info in live.sessions():
                 if info.pid is not None:
                     keep_pids.add(info.pid)
