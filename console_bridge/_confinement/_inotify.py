@@ -10,6 +10,7 @@ watch the events of the folders it added, with the events it asked for.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import os
@@ -68,6 +69,9 @@ class _Hub:
         self.lock = threading.Lock()
         self.owners: dict[int, dict[int, int]] = {}  # kernel watch -> {owner: the events it asked for}
         self.waiting: dict[int, list[Event]] = {}  # owner -> its events not yet taken
+        #: owners let go of by the garbage collector: it may run a finalizer in a thread that holds
+        #: ``lock`` (inside ``_route``), so a finalizer only queues the owner here (no lock taken)
+        self.dropped: collections.deque[int] = collections.deque()
 
     def add(self, owner: int, folder: str, mask: int) -> int:
         """Watch ``folder`` for ``owner`` (never through a symlink); the watch's number, -1 when it cannot."""
@@ -75,6 +79,7 @@ class _Hub:
         if self.fd < 0 or lib is None:
             return -1
         with self.lock:
+            self._forget_dropped()
             self._route()  # what is queued now belongs to the owners before this one
             wd = int(lib.inotify_add_watch(self.fd, os.fsencode(folder), mask | _IN_MASK_ADD | _IN_ONLYDIR))
             if wd >= 0:
@@ -87,6 +92,7 @@ class _Hub:
         if self.fd < 0:
             return []
         with self.lock:
+            self._forget_dropped()
             self._route()
             events = self.waiting.get(owner)
             if not events:
@@ -96,16 +102,28 @@ class _Hub:
 
     def release(self, owner: int) -> None:
         """``owner`` is done: its events dropped, the kernel watches no other owner holds removed."""
-        lib = _lib()
         with self.lock:
-            self.waiting.pop(owner, None)
-            for wd in [wd for wd, held in self.owners.items() if owner in held]:
-                held = self.owners[wd]
-                del held[owner]
-                if not held:
-                    del self.owners[wd]
-                    if lib is not None and self.fd >= 0 and os.getpid() == self.pid:
-                        lib.inotify_rm_watch(self.fd, wd)
+            self._forget_dropped()
+            self._forget(owner)
+
+    def drop(self, owner: int) -> None:
+        """``release`` for a finalizer: queued, applied by the next call that holds the lock."""
+        self.dropped.append(owner)
+
+    def _forget_dropped(self) -> None:
+        while self.dropped:
+            self._forget(self.dropped.popleft())
+
+    def _forget(self, owner: int) -> None:
+        lib = _lib()
+        self.waiting.pop(owner, None)
+        for wd in [wd for wd, held in self.owners.items() if owner in held]:
+            held = self.owners[wd]
+            del held[owner]
+            if not held:
+                del self.owners[wd]
+                if lib is not None and self.fd >= 0 and os.getpid() == self.pid:
+                    lib.inotify_rm_watch(self.fd, wd)
 
     def _route(self) -> None:
         for wd, mask, name in _events(self.fd):
@@ -149,8 +167,8 @@ class _Watch:
         self._hub = _hub()
         self._owner = next(_owners)
         self.fd = self._hub.fd  # -1: no inotify here (the callers count without it)
-        if self.fd >= 0:
-            self._finalizer = weakref.finalize(self, self._hub.release, self._owner)
+        if self.fd >= 0:  # garbage collected unclosed: let go at the hub's next call (see _Hub.dropped)
+            self._finalizer = weakref.finalize(self, self._hub.drop, self._owner)
 
     def _add(self, folder: str) -> int:
         return self._hub.add(self._owner, folder, self._mask | _IN_DONT_FOLLOW) if self.fd >= 0 else -1
@@ -160,7 +178,8 @@ class _Watch:
 
     def _close(self) -> None:
         if self.fd >= 0:
-            self._finalizer()
+            self._finalizer.detach()
+            self._hub.release(self._owner)
             self.fd = -1
 
 

@@ -119,3 +119,33 @@ def test_a_forked_child_gets_a_hub_of_its_own(tmp_path: Path) -> None:
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         parent.close()
+
+
+def test_a_watch_collected_while_the_hub_is_busy_does_not_deadlock(tmp_path: Path) -> None:
+    """The garbage collector may run a watch's finalizer in a thread that holds the hub's lock (inside
+    its routing): a finalizer that took the lock hung the full suite's two workers. It only queues now."""
+    import gc
+    import threading
+
+    hub = _inotify._hub()
+    done = threading.Event()
+
+    def collect_while_busy() -> None:
+        watch = FolderWatch()
+        watch.add(str(tmp_path))
+        watch.cycle = watch  # type: ignore[attr-defined]  # only the collector frees it
+        del watch
+        with hub.lock:
+            gc.collect()  # the finalizer runs here, under the lock
+        done.set()
+
+    worker = threading.Thread(target=collect_while_busy, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done.is_set(), "the finalizer deadlocked on the hub's lock"
+    other = FolderWatch()
+    try:
+        other.drain()  # the next call forgets the collected watch
+        assert not hub.dropped
+    finally:
+        other.close()
