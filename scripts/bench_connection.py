@@ -18,15 +18,14 @@ in rotation, each with a server process of its own:
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from pathlib import Path
 from typing import Any
 
 from bench.stats import percentile  # scripts/bench/, beside this script
+from bench_serve import FLOOR_SERVER, start_floor_http
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -34,26 +33,12 @@ from mcp.client.streamable_http import streamable_http_client
 from console_bridge import AsyncMcpConnection, Owner, Policy
 
 TARGET_MS = 0.10
-FLOOR = Path(__file__).resolve().parent / "bench" / "floor_server.py"
 PLANS = {"quick": {"warmup": 20, "calls": 200}, "full": {"warmup": 50, "calls": 2000}}
-
-
-def _floor_http() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(FLOOR), "http"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
-    if not url.startswith("http://127.0.0.1:"):
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"floor_server.py http did not start (printed {url!r})")
-    return proc, url
 
 
 async def _sdk(stack: AsyncExitStack, transport: str, url: str | None) -> Callable[[], Awaitable[Any]]:
     if transport == "stdio":
-        params = StdioServerParameters(command=sys.executable, args=[str(FLOOR), "stdio"])
+        params = StdioServerParameters(command=sys.executable, args=[str(FLOOR_SERVER), "stdio"])
         read, write = await stack.enter_async_context(stdio_client(params))
     else:
         assert url is not None
@@ -67,7 +52,7 @@ async def _bridge(
     stack: AsyncExitStack, transport: str, url: str | None, pins: str = "on_change"
 ) -> Callable[[], Awaitable[Any]]:
     entry: dict[str, Any] = (
-        {"command": sys.executable, "args": [str(FLOOR), "stdio"]} if transport == "stdio" else {"url": url}
+        {"command": sys.executable, "args": [str(FLOOR_SERVER), "stdio"]} if transport == "stdio" else {"url": url}
     )
     policy = Policy(mode="read_write", approve_writes=False, pin_schemas=pins)  # type: ignore[arg-type]
     conn = AsyncMcpConnection(
@@ -80,7 +65,7 @@ async def _bridge(
 async def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     plan = PLANS["quick" if quick else "full"]
     report: dict[str, Any] = {"target_ms": TARGET_MS, "plan": plan, "transports": {}}
-    http, url = _floor_http()
+    http, url = start_floor_http()
     try:
         for transport in ("stdio", "http"):
             log(f"  McpConnection vs the SDK client over {transport}")

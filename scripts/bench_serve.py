@@ -68,7 +68,7 @@ def _leftover_children() -> list[psutil.Process]:
 FLOOR_SERVER = Path(__file__).resolve().parent / "bench" / "floor_server.py"
 
 
-def _start_floor_http() -> tuple[subprocess.Popen[str], str]:
+def start_floor_http() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, str(FLOOR_SERVER), "http"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
     )
@@ -84,7 +84,7 @@ def _start_floor_http() -> tuple[subprocess.Popen[str], str]:
 @contextlib.asynccontextmanager
 async def _floor_http() -> AsyncIterator[str]:
     """Yields the URL of ``floor_server.py http`` (a subprocess, as serve is); killed at the end."""
-    proc, url = await anyio.to_thread.run_sync(_start_floor_http)
+    proc, url = await anyio.to_thread.run_sync(start_floor_http)
     try:
         yield url
     finally:
