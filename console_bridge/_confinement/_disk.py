@@ -242,6 +242,8 @@ class WriteWatch:
     def _tick(self) -> None:
         """During a walk (under the lock): the changes since it began overdraw a limit, the cells stop now."""
         hit = self._fast_hit(during_walk=True)
+        if hit == "writes" and self._gave_back:
+            return  # the walk under way counts what the removed files gave back, and decides
         if hit is not None:
             self.hits[hit] += 1
             with contextlib.suppress(Exception):
@@ -278,6 +280,9 @@ class WriteWatch:
         reported since the last walk (no walk)."""
         with self._lock:
             hit = self._fast_hit() if fast else None
+            if hit == "writes" and self._gave_back:
+                # the books are from before files were removed: a walk counts what they gave back, and decides
+                hit, writes, only_if_grown = None, True, False
             if writes and self.usage is not None and self._counts and (not only_if_grown or self._fs_shrank()):
                 before, self.total = self.total, self.usage.measure(self._tick if stop else None)
                 entries_before, self.entries = self.entries, self.usage.entries
@@ -329,6 +334,13 @@ class WriteWatch:
     def _counts(self) -> bool:
         """Does the watch keep the writable folders' books (bytes or files added)?"""
         return self.usage is not None and (self.limit is not None or self.files_limit is not None)
+
+    @property
+    def _gave_back(self) -> bool:
+        """Were files removed since the last walk? Then ``added`` is high by what they held (a deleted
+        file's size is gone with it), and growth alone overdraws nothing until a walk counts."""
+        changes = self.usage.changes if self.usage is not None else None
+        return changes is not None and changes.removed > 0
 
     @property
     def files_added(self) -> int:

@@ -249,6 +249,7 @@ class ChangeWatch(_Watch):
         self.now: dict[str, int] = {}  # and now
         self.created = 0  # entries created (minus removed) since the last walk
         self.grown = 0  # bytes the changed files grew by since the last walk
+        self.removed = 0  # files deleted or moved away since the last walk (bytes given back only a walk counts)
 
     def add(self, folder: str) -> None:
         if self.fd < 0:
@@ -265,7 +266,7 @@ class ChangeWatch(_Watch):
         self._read()
         self.first = {path: _bytes(path) for path in self.now}
         self.now = dict(self.first)
-        self.created = self.grown = 0
+        self.created = self.grown = self.removed = 0
 
     def _set(self, path: str, size: int | None) -> None:
         """The bytes of ``path`` now (None: gone), ``grown`` kept as the sum over the changed files."""
@@ -310,6 +311,7 @@ class ChangeWatch(_Watch):
                 self.first.setdefault(path, 0)
             elif mask & (_IN_DELETE | _IN_MOVED_FROM):
                 self.created -= 1
+                self.removed += 1
                 self._set(path, None)
                 changed.discard(path)
                 continue

@@ -198,8 +198,9 @@ async def test_the_files_limit_stops_a_flood_of_empty_files(workspace: Path, rec
         made = len(os.listdir(workspace / "many"))
         print("files made", made)
         # the kernel's changes are read every 5 ms while a cell runs: 1,048-1,051 measured here (2,072 with the
-        # walks alone); the bound leaves room for a loaded 2-core runner
-        assert 1000 < made <= 1000 + 5_000, made
+        # walks alone); the bound leaves room for a loaded 2-core runner. The limit counts every entry the
+        # session added to its writable folders, its TMPDIR's too: 995 in many/ as a normal user in CI
+        assert 1000 - 64 < made <= 1000 + 5_000, made
         after: Any = await _next(c, "print(1 + 1)")
         assert after.error is None and after.text.strip().endswith("2"), after
 
@@ -270,6 +271,34 @@ def test_folder_usage_counts_each_inode_once_and_stays_on_its_side(tmp_path: Pat
     assert MiB <= total < MiB + 64 * 1024, total
     (root / "sub" / "b.bin").write_bytes(b"b" * MiB)
     assert usage.measure() - total >= MiB
+
+
+def test_deleting_files_gives_the_budget_back_before_the_next_walk(tmp_path: Path) -> None:
+    """The kernel's changes name the bytes files grew by, not what a deleted file held: a cell writing
+    after the host freed the budget was stopped on books from before the deletion (found as a normal
+    user in CI, where the next walk came later). A walk now decides, and a real overdraw still stops."""
+    from console_bridge._confinement._disk import WriteWatch
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    stopped: list[bool] = []
+    watch = WriteWatch(FolderUsage([root]), 8 * MiB, shm_limit=None, worker_pid=lambda: None, stop_cells=stopped.append)
+    try:
+        assert watch.usage is not None and watch.usage.changes is not None and watch.usage.changes.complete
+        (root / "big.bin").write_bytes(b"z" * (16 * MiB))
+        assert watch.check(stop=True, writes=False, shm=False, fast=True) == "writes"
+        assert watch.added >= 16 * MiB and len(stopped) == 1
+        (root / "big.bin").unlink()
+        (root / "small.bin").write_bytes(b"s" * (4 * MiB))
+        assert watch.check(stop=True, writes=False, shm=False, fast=True) is None
+        assert 4 * MiB <= watch.added < 5 * MiB and len(stopped) == 1
+        (root / "more.bin").write_bytes(b"m" * (8 * MiB))
+        assert watch.check(stop=True, writes=False, shm=False, fast=True) == "writes"
+        assert len(stopped) == 2
+    finally:
+        watch.close()
+        if watch.usage is not None and watch.usage.changes is not None:
+            watch.usage.changes.close()
 
 
 def _recording(tmp_path: Path) -> Path:
