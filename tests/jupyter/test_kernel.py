@@ -378,3 +378,31 @@ def test_push_and_pull_values_between_the_kernel_and_its_session(kernel: Kernel)
     not_plain = kernel.run("%console_pull lock")
     assert not_plain.status == "error" and "pull" in one_line(not_plain.error)
     assert kernel.run("%console_pull").status == "error"  # usage
+
+
+def test_kernel_shutdown_during_a_cell_keeps_its_evidence(tmp_path: Path) -> None:
+    """Issue 31, item 2 for the kernel: shutting the kernel down while a cell runs interrupts the cell,
+    its ``finally`` runs, the cell is recorded as interrupted and the recording is finalized."""
+    kernel = start_kernel(tmp_path)
+    try:
+        kernel.run("%load_ext console_bridge").expect_ok()
+        kernel.run(f"%%console {kernel.console_options} --profile workspace --languages python\nx = 1").expect_ok()
+        tree = descendants(kernel.pid())
+        run = kernel.submit(
+            "%%console\nimport time\ntry:\n    print('start', flush=True)\n    time.sleep(120)\n"
+            "finally:\n    open('finally.txt', 'w').write('ran')\n"
+        )
+        kernel.wait_for_stdout(run, "start")
+    finally:
+        kernel.shutdown()
+    assert not kernel.km.is_alive()
+    assert (kernel.workspace / "finally.txt").read_text() == "ran"
+    assert living(tree) == []
+    runs = [d for d in (kernel.recordings / "sessions").iterdir() if d.is_dir()]
+    assert runs and all("## Recording finished" in (d / "transcript.md").read_text() for d in runs), runs
+    cells = [
+        line
+        for log in (kernel.recordings / "sessions").glob("*.console-bridge-cells.jsonl")
+        for line in log.read_text().splitlines()
+    ]
+    assert any("time.sleep(120)" in line and "KeyboardInterrupt" in line for line in cells), cells
