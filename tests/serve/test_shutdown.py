@@ -17,6 +17,7 @@ from tests.serve.conftest import STOP_BOUND, finalized, leftovers, recordings_of
 pytestmark = [pytest.mark.console, pytest.mark.slow]
 
 SLEEPER = "import time\ntime.sleep(600)"
+SLEEPER_WITH_FINALLY = "import time\ntry:\n    time.sleep(600)\nfinally:\n    open('finally.txt', 'w').write('ran')"
 
 
 def processes_of(tmp: Path) -> list[int]:
@@ -61,8 +62,10 @@ def assert_clean(tmp: Path, status: int, err: str) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stdio_signal_with_a_running_cell(tmp_path: Path, sig: int) -> None:
+    """Issue 31, item 2 for serve: the running cell is interrupted and its ``finally`` runs before the
+    session closes (the cell writes a file there: the workspace profile)."""
     proc = subprocess.Popen(
-        serve_args(tmp_path),
+        serve_args(tmp_path, "--profile", "workspace"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -86,7 +89,7 @@ def test_stdio_signal_with_a_running_cell(tmp_path: Path, sig: int) -> None:
         write(INIT)
         assert read()["id"] == 1
         write(INITIALIZED)
-        write(call(2, {"python": SLEEPER, "timeout_ms": 1000}))
+        write(call(2, {"python": SLEEPER_WITH_FINALLY, "timeout_ms": 1000}))
         assert "[running" in read()["result"]["content"][0]["text"]
         write(call(3, {"timeout_ms": 30000}, progress=True))  # a send waiting on the cell
         assert read()["method"] == "notifications/progress"  # it is in flight now
@@ -104,6 +107,7 @@ def test_stdio_signal_with_a_running_cell(tmp_path: Path, sig: int) -> None:
     answers = [m for m in rest if m.get("id") == 3]
     assert len(answers) <= 1 and all("error" in m or m["result"].get("isError") for m in answers), rest
     assert_clean(tmp_path, status, err)
+    assert (tmp_path / "ws" / "finally.txt").read_text() == "ran"
 
 
 def test_http_sigterm_with_a_running_cell(http_server: Any, tmp_path: Path) -> None:
