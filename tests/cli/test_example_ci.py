@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -308,3 +309,51 @@ def test_a_normal_user_who_cannot_sudo_is_told_what_to_run_as_root() -> None:
         assert "as root run sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in proc.stderr
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _docker_run_options(script: str) -> list[str]:
+    """The options of the ``docker run`` line in a workflow step (shell continuation lines joined)."""
+    joined = script.replace("\\\n", " ")
+    line = next(part for part in joined.splitlines() if part.strip().startswith("docker run"))
+    return shlex.split(line.split(" sh -ec ", 1)[0])
+
+
+def test_the_github_container_recipe_runs_a_normal_user_under_the_shipped_profile() -> None:
+    """Issue 34, item 3: the recipe's container has Docker's default seccomp profile plus the one rule
+    bubblewrap needs (the shipped file), never ``seccomp=unconfined`` or ``--privileged``, and runs as a
+    normal user; its options are the ones scripts/ci-container.sh runs here."""
+    workflow = yaml.safe_load((EXAMPLE / "github-docker-job.yml").read_text())
+    assert workflow["permissions"] == {"contents": "read"}
+    steps = workflow["jobs"]["analysis-in-a-container"]["steps"]
+    run = next(step["run"] for step in steps if "docker run" in step.get("run", ""))
+    options = _docker_run_options(run)
+    assert "--privileged" not in options and "seccomp=unconfined" not in options
+    assert options[options.index("--user") + 1] == "1000:1000"
+    seccomp = [options[i + 1] for i, o in enumerate(options) if o == "--security-opt" and "seccomp=" in options[i + 1]]
+    assert seccomp == ["seccomp=$PWD/sandbox_profiles/seccomp-container.json"], seccomp
+    assert (REPO / "sandbox_profiles" / "seccomp-container.json").is_file()
+    assert "apparmor=unconfined" in options
+    assert any("apparmor_restrict_unprivileged_userns=0" in step.get("run", "") for step in steps)
+    tried = (REPO / "scripts" / "ci-container.sh").read_text()
+    assert "--security-opt seccomp=" in tried and "--user 1000:1000" in tried
+
+
+def test_the_kubernetes_recipe_matches_the_refusal_a_pod_without_it_gets() -> None:
+    """Issue 34, item 3: the pod spec gives what the refusal in a Kubernetes container names (the same
+    localhost profile and kubelet folder, AppArmor unconfined), as a non-root user with no privilege."""
+    from console_bridge._confinement._container import PROFILE_NAME, Container
+
+    pod = yaml.safe_load((REPO / "examples" / "k8s" / "analysis-pod.yaml").read_text())
+    spec = pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+    assert spec["automountServiceAccountToken"] is False
+    [container] = spec["containers"]
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "Localhost", "localhostProfile": f"console-bridge/{PROFILE_NAME}"}
+    assert context["appArmorProfile"] == {"type": "Unconfined"}
+    refusal = Container("kubernetes", ("KUBERNETES_SERVICE_HOST",), apparmor="cri-containerd.apparmor.d").fix()
+    assert f"localhostProfile: console-bridge/{PROFILE_NAME}" in refusal
+    assert "appArmorProfile: {type: Unconfined}" in refusal
+    kubelet = f"/var/lib/kubelet/seccomp/console-bridge/{PROFILE_NAME}"
+    assert kubelet in refusal and kubelet in (REPO / "examples" / "k8s" / "analysis-pod.yaml").read_text()
