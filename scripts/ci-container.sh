@@ -4,7 +4,8 @@
 #   (a) Docker's default seccomp profile: `console-bridge run` exits 3 with the one-line refusal
 #       that names `--security-opt seccomp=<the shipped profile>`;
 #   (b) `--security-opt seccomp=sandbox_profiles/seccomp-container.json`: the same run exits 0,
-#       confined, and `console-bridge doctor` passes;
+#       confined, and `console-bridge doctor` passes; so does the run with the security options of
+#       the GitHub Actions recipe (examples/ci/github-docker-job.yml), read from it;
 #   (e) with that profile, a cell that fights back (scripts/container/hostile.py: the user's
 #       ~/.bash_history, a host /tmp secret, /etc/shadow, /proc/sys, the venv, /etc, the network,
 #       /proc/*/root, setuid, mount) gets nothing and the next file runs; workflow commands it
@@ -167,6 +168,19 @@ as_user --security-opt "seccomp=$REPO/sandbox_profiles/seccomp-container.json" c
 grep -E '^(ok|info|fail|warn) +(host|namespaces|limit)' "$WORK/doctor.out" >&2 || cat "$WORK/doctor.out" >&2
 grep -qE '^info +host +non-root in a Docker container' "$WORK/doctor.out" || die "(b) doctor does not say it is in a Docker container"
 log "(b) ok: the run and doctor pass"
+# The security options of the GitHub Actions recipe (examples/ci/github-docker-job.yml), as it gives them
+recipe=$("$PY" - "$REPO/examples/ci/github-docker-job.yml" "$REPO" <<'PYEOF'
+import shlex, sys
+text = open(sys.argv[1]).read().replace("\\\n", " ")
+line = next(part for part in text.splitlines() if part.strip().startswith("docker run"))
+options = shlex.split(line.split(" sh -ec ", 1)[0].replace("$PWD", sys.argv[2]))
+print(" ".join(shlex.quote(f"--security-opt={options[i + 1]}") for i, o in enumerate(options) if o == "--security-opt"))
+PYEOF
+)
+[ -n "$recipe" ] || die "(b) no --security-opt found in the GitHub recipe"
+eval "as_user $recipe cb-test /opt/cb/bin/console-bridge run /examples/ci/analysis.py" >"$WORK/recipe.out" 2>"$WORK/recipe.err" \
+    || { cat "$WORK/recipe.out" "$WORK/recipe.err" >&2; die "(b) the GitHub recipe's options ($recipe): the run failed"; }
+log "(b) ok: the GitHub recipe's options ($recipe) run confined"
 
 log "(e) a cell that fights back, with the shipped profile, as uid 1000 and as root inside"
 hostile() {   # $1: docker run options for the user, $2: the attack file; the secrets planted first, in the same container
