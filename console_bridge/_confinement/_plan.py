@@ -42,7 +42,7 @@ from console_bridge._confinement._cgroups import (
     scope_group,
 )
 from console_bridge._confinement._host import HostKind, detect_host
-from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits, show_size
+from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits, Mechanism, show_size
 from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._errors import LaunchRefused
 
@@ -52,9 +52,16 @@ SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 #: Mechanisms that hold a limit for the whole session tree. ``enforce="strict"`` accepts these but
 #: ``userns-rlimit``: the contract counts an rlimit, even one counted over a user namespace, among
 #: the weaker mechanisms that only ``"required"`` accepts.
-TREE_WIDE = frozenset({"cgroup2", "cgroup1", "systemd-scope", "tmpfs", "userns-rlimit", "read-only-view"})
-#: Mechanisms the bridge itself keeps: a watch that samples and stops the cells past the limit.
-WATCHED = frozenset({"watched", "accounting"})
+TREE_WIDE = frozenset(
+    {
+        Mechanism.CGROUP2,
+        Mechanism.CGROUP1,
+        Mechanism.SYSTEMD_SCOPE,
+        Mechanism.TMPFS,
+        Mechanism.USERNS_RLIMIT,
+        Mechanism.READ_ONLY_VIEW,
+    }
+)
 #: The lowest RLIMIT_AS backstop: a worker with R and DuckDB maps ~0.9 GiB of address space at rest.
 MIN_ADDRESS_SPACE = 2 << 30
 _FIX = {
@@ -106,7 +113,7 @@ class Confinement:
         self.cgroups = SessionCgroups(version="cgroup2", paths=[group], by_limit=held, cells=cells, owned=False)
         return True
 
-    def mechanism(self, name: str) -> str | None:
+    def mechanism(self, name: str) -> Mechanism | None:
         return self.reports[name].enforced_by
 
     def report_dict(self) -> dict[str, dict[str, Any]]:
@@ -211,16 +218,16 @@ def plan_confinement(
                 if name == "processes"
                 else unit or ""
             )
-            reports[name] = LimitReport(value, "systemd-scope", note)
-        elif name in groups.by_limit:
-            reports[name] = LimitReport(value, groups.version)
+            reports[name] = LimitReport(value, Mechanism.SYSTEMD_SCOPE, note)
+        elif name in groups.by_limit and groups.version is not None:
+            reports[name] = LimitReport(value, Mechanism(groups.version))
         elif name == "memory":
             # No cgroup: the bridge watches the cells' memory (the sandbox's resident memory plus its tmpfs),
             # and RLIMIT_AS per process stays as the backstop, no lower than a worker maps at rest (~1 GiB).
             rlimits["as"] = max(int(value), MIN_ADDRESS_SPACE)
             reports[name] = LimitReport(
                 value,
-                "watched",
+                Mechanism.WATCHED,
                 "the resident memory of the sandbox's processes plus its /dev tmpfs, sampled every 20 ms while a cell "
                 "runs (overshoot: what a cell allocates between two samples); the cells are stopped past it. "
                 f"RLIMIT_AS per process at {show_size(rlimits['as'])} is the backstop (no cgroup for the whole tree)",
@@ -230,7 +237,7 @@ def plan_confinement(
             child_rlimits["nproc"] = int(value) + PIDS_HEADROOM
             reports[name] = LimitReport(
                 value,
-                "userns-rlimit",
+                Mechanism.USERNS_RLIMIT,
                 "RLIMIT_NPROC counted over the session's user namespace (cells get the limit, the server and its "
                 f"helpers {PIDS_HEADROOM} more tasks)",
             )
@@ -244,7 +251,7 @@ def plan_confinement(
     else:
         reports["tmpdir"] = LimitReport(
             tmpdir,
-            "tmpfs",
+            Mechanism.TMPFS,
             "a size-capped tmpfs in the session's view; /dev/shm in the sandbox: the same cap, by accounting",
         )
     if recording is None:
@@ -253,7 +260,7 @@ def plan_confinement(
         rlimits["fsize"] = recording
         reports["recording"] = LimitReport(
             recording,
-            "rlimit",
+            Mechanism.RLIMIT,
             "the session's whole recording: RLIMIT_FSIZE on the server up to what is left, a cell's raw output past "
             "it cut after the cell",
         )
@@ -278,9 +285,9 @@ def plan_confinement(
         if value is None:
             reports[name] = LimitReport(None, None)
         elif not writable:
-            reports[name] = LimitReport(value, "read-only-view", nothing)
+            reports[name] = LimitReport(value, Mechanism.READ_ONLY_VIEW, nothing)
         else:
-            reports[name] = LimitReport(value, "accounting", how)
+            reports[name] = LimitReport(value, Mechanism.ACCOUNTING, how)
             weak[name] = "the bridge's accounting stops the cells once they overdraw; no file system cap holds it"
     confinement = Confinement(
         limits,
