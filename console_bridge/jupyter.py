@@ -403,8 +403,9 @@ class ConsoleMagics(TransferMagics):
                     err.flush()
                     publish(data=output.jupyter_bundle())
 
+        cell: dict[str, Any] = {language: code}  # python=, r= or sql=
         try:
-            result = console.run(on_output=on_output, timeout=timeout, **{language: code})
+            result = console.run(on_output=on_output, timeout=timeout, **cell)
             failure = result.error
             while result.waiting_for_input:
                 # The cell called input(): ask through Jupyter's stdin, then follow the cell again.

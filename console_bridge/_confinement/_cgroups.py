@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 __all__ = [
     "CGROUP_PREFIX",
@@ -91,7 +92,7 @@ def _v2_base(root: Path, own: dict[str, str], needed: set[str]) -> Path | None:
 class SessionCgroups:
     """The groups of one session and which limits they carry."""
 
-    version: str | None  # "cgroup2" | "cgroup1" | None
+    version: Literal["cgroup2", "cgroup1"] | None  # also the mechanism a limit it carries reports
     paths: list[Path] = field(default_factory=list)
     by_limit: dict[str, Path] = field(default_factory=dict)  # "memory" | "processes" | "cpu" -> group
     errors: dict[str, str] = field(default_factory=dict)  # limit -> why it has no group

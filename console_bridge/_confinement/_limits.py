@@ -6,11 +6,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from enum import StrEnum
 from typing import Any, Literal
 
 from console_bridge._errors import LaunchRefused
 
-__all__ = ["LIMIT_NAMES", "LimitReport", "Limits", "limits_from_mapping", "parse_size", "show_size"]
+__all__ = ["LIMIT_NAMES", "LimitReport", "Limits", "Mechanism", "limits_from_mapping", "parse_size", "show_size"]
 
 LIMIT_NAMES = ("memory", "processes", "cpu", "tmpdir", "recording", "writes", "files")
 _UNITS = {
@@ -141,14 +142,30 @@ def limits_from_mapping(data: Mapping[str, Any], source: str) -> Limits:
     return replace(Limits(), **dict(data))
 
 
+class Mechanism(StrEnum):
+    """What enforces a limit (``_plan`` chooses it). Each value is the string users see in
+    ``status().limits[name]["enforced_by"]`` and ``doctor``; a member equals that string."""
+
+    CGROUP2 = "cgroup2"  # a cgroup v2 subtree of the session's own
+    CGROUP1 = "cgroup1"  # writable cgroup v1 hierarchies
+    SYSTEMD_SCOPE = "systemd-scope"  # a transient systemd scope of the session's own
+    RLIMIT = "rlimit"  # per process (RLIMIT_AS, RLIMIT_FSIZE)
+    USERNS_RLIMIT = "userns-rlimit"  # RLIMIT_NPROC counted over the session's user namespace
+    TMPFS = "tmpfs"  # a size-capped tmpfs in the session's view
+    ACCOUNTING = "accounting"  # the bridge's books of what cells add to writable folders
+    READ_ONLY_VIEW = "read-only-view"  # nothing to hold: cells can write nothing but their TMPDIR
+    WATCHED = "watched"  # the bridge's sampled watch (memory without a cgroup; hidden names kept hidden)
+
+
 @dataclass(frozen=True, slots=True)
 class LimitReport:
-    """One limit as it holds in a running session: its value and what enforces it."""
+    """One limit as it holds in a running session: its value and what enforces it (None: nothing)."""
 
     value: int | float | None
-    enforced_by: str | None  # "cgroup2" | "cgroup1" | "systemd-scope" | "rlimit" | "userns-rlimit" | "tmpfs" |
-    # "accounting" | "read-only-view" | None
+    enforced_by: Mechanism | None
     note: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "enforced_by": self.enforced_by, "note": self.note}
+        """What ``status().limits`` shows: the mechanism as its plain string."""
+        mechanism = None if self.enforced_by is None else self.enforced_by.value
+        return {"value": self.value, "enforced_by": mechanism, "note": self.note}

@@ -42,7 +42,7 @@ from console_bridge._confinement._cgroups import (
     scope_group,
 )
 from console_bridge._confinement._host import HostKind, detect_host
-from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits, show_size
+from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits, Mechanism, show_size
 from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._errors import LaunchRefused
 
@@ -52,9 +52,16 @@ SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 #: Mechanisms that hold a limit for the whole session tree. ``enforce="strict"`` accepts these but
 #: ``userns-rlimit``: the contract counts an rlimit, even one counted over a user namespace, among
 #: the weaker mechanisms that only ``"required"`` accepts.
-TREE_WIDE = frozenset({"cgroup2", "cgroup1", "systemd-scope", "tmpfs", "userns-rlimit", "read-only-view"})
-#: Mechanisms the bridge itself keeps: a watch that samples and stops the cells past the limit.
-WATCHED = frozenset({"watched", "accounting"})
+TREE_WIDE = frozenset(
+    {
+        Mechanism.CGROUP2,
+        Mechanism.CGROUP1,
+        Mechanism.SYSTEMD_SCOPE,
+        Mechanism.TMPFS,
+        Mechanism.USERNS_RLIMIT,
+        Mechanism.READ_ONLY_VIEW,
+    }
+)
 #: The lowest RLIMIT_AS backstop: a worker with R and DuckDB maps ~0.9 GiB of address space at rest.
 MIN_ADDRESS_SPACE = 2 << 30
 _FIX = {
@@ -106,7 +113,7 @@ class Confinement:
         self.cgroups = SessionCgroups(version="cgroup2", paths=[group], by_limit=held, cells=cells, owned=False)
         return True
 
-    def mechanism(self, name: str) -> str | None:
+    def mechanism(self, name: str) -> Mechanism | None:
         return self.reports[name].enforced_by
 
     def report_dict(self) -> dict[str, dict[str, Any]]:
@@ -164,6 +171,134 @@ def refuse_without_view(host: HostKind) -> None:
     refuse_unconfinable(host)
 
 
+@dataclass
+class _Choices:
+    """What planning decided besides the reports: the rlimits to set, and the limits that do not hold
+    (``missing``: nothing holds them; ``weak``: only a mechanism ``enforce="strict"`` refuses)."""
+
+    rlimits: dict[str, int] = field(default_factory=dict)  # on the supervisor (and so the server)
+    child_rlimits: dict[str, int] = field(default_factory=dict)  # on the server, inside its namespaces
+    missing: dict[str, str] = field(default_factory=dict)
+    weak: dict[str, str] = field(default_factory=dict)
+
+
+def _tree_limit(
+    name: str, value: int | float | None, groups: SessionCgroups, unit: str | None, choices: _Choices
+) -> LimitReport:
+    """memory, processes or cpu: the session's scope, else its cgroup, else the rlimit form, else nothing."""
+    if value is None:
+        return LimitReport(None, None)
+    if unit is not None:
+        note = (
+            f"{unit}: cells get the limit in its cells group, the server and its helpers {PIDS_HEADROOM} more"
+            if name == "processes"
+            else unit
+        )
+        return LimitReport(value, Mechanism.SYSTEMD_SCOPE, note)
+    if name in groups.by_limit and groups.version is not None:
+        return LimitReport(value, Mechanism(groups.version))
+    if name == "memory":
+        return _watched_memory(value, choices)
+    if name == "processes":
+        return _namespace_processes(value, choices)
+    why = groups.errors.get(name, "no cgroup controller for it")
+    choices.missing[name] = why
+    return LimitReport(value, None, why)
+
+
+def _watched_memory(value: int | float, choices: _Choices) -> LimitReport:
+    """No cgroup: the bridge watches the cells' memory (the sandbox's resident memory plus its tmpfs),
+    and RLIMIT_AS per process stays as the backstop, no lower than a worker maps at rest (~1 GiB)."""
+    choices.rlimits["as"] = max(int(value), MIN_ADDRESS_SPACE)
+    choices.weak["memory"] = "only the bridge's sampled watch (and RLIMIT_AS per process) holds it, not a cgroup"
+    return LimitReport(
+        value,
+        Mechanism.WATCHED,
+        "the resident memory of the sandbox's processes plus its /dev tmpfs, sampled every 20 ms while a cell "
+        "runs (overshoot: what a cell allocates between two samples); the cells are stopped past it. "
+        f"RLIMIT_AS per process at {show_size(choices.rlimits['as'])} is the backstop (no cgroup for the whole tree)",
+    )
+
+
+def _namespace_processes(value: int | float, choices: _Choices) -> LimitReport:
+    """No cgroup: every session has a user namespace of its own (root's: unprivileged ids), whose tasks
+    RLIMIT_NPROC counts."""
+    choices.child_rlimits["nproc"] = int(value) + PIDS_HEADROOM
+    choices.weak["processes"] = "only RLIMIT_NPROC counted over the session's user namespace holds it, not a cgroup"
+    return LimitReport(
+        value,
+        Mechanism.USERNS_RLIMIT,
+        "RLIMIT_NPROC counted over the session's user namespace (cells get the limit, the server and its "
+        f"helpers {PIDS_HEADROOM} more tasks)",
+    )
+
+
+def _tmpdir_limit(tmpdir: int | None) -> LimitReport:
+    if tmpdir is None:
+        return LimitReport(None, None)
+    return LimitReport(
+        tmpdir,
+        Mechanism.TMPFS,
+        "a size-capped tmpfs in the session's view; /dev/shm in the sandbox: the same cap, by accounting",
+    )
+
+
+def _recording_limit(recording: int | None, choices: _Choices) -> LimitReport:
+    if recording is None:
+        return LimitReport(None, None)
+    choices.rlimits["fsize"] = recording
+    choices.weak["recording"] = "RLIMIT_FSIZE and cuts after each cell hold it, not a file system cap"
+    return LimitReport(
+        recording,
+        Mechanism.RLIMIT,
+        "the session's whole recording: RLIMIT_FSIZE on the server up to what is left, a cell's raw output past "
+        "it cut after the cell",
+    )
+
+
+_DISK = {
+    "writes": (
+        "cells can write nothing but their TMPDIR",
+        "the bytes added to the writable folders are measured while cells run; past the limit the cells are "
+        "stopped (overshoot: what the cells write between two looks, 20 ms to 0.25 s)",
+    ),
+    "files": (
+        "cells can create nothing but in their TMPDIR",
+        "the files and folders added to the writable folders are counted with the writes (a look when a file "
+        "system's free blocks or inodes change, at least every 0.25 s while a cell runs); past the limit the "
+        "cells are stopped",
+    ),
+}
+
+
+def _disk_limit(name: str, value: int | float | None, writable: bool, choices: _Choices) -> LimitReport:
+    """writes or files: nothing to hold when cells write only their TMPDIR, else the bridge's accounting."""
+    nothing, how = _DISK[name]
+    if value is None:
+        return LimitReport(None, None)
+    if not writable:
+        return LimitReport(value, Mechanism.READ_ONLY_VIEW, nothing)
+    choices.weak[name] = "the bridge's accounting stops the cells once they overdraw; no file system cap holds it"
+    return LimitReport(value, Mechanism.ACCOUNTING, how)
+
+
+def _scope(
+    limits: Limits, session_id: str, host: HostKind, groups: SessionCgroups, memory: int | None
+) -> tuple[SessionCgroups, list[str] | None, str | None, dict[str, str]]:
+    """Where cgroups hold only part of the tree limits and a systemd manager runs, a scope of the
+    session's own holds them all and the partial groups are given back: (groups, scope, unit, env)."""
+    tree = {"memory": memory, "processes": limits.processes, "cpu": limits.cpu}
+    wanted = {name for name, value in tree.items() if value is not None}
+    if not wanted - set(groups.by_limit) or host.systemd is None:
+        return groups, None, None, {}
+    for group in groups.paths:
+        remove_group(group)
+    unit = f"console-bridge-{session_id}.scope"
+    tasks = limits.processes + PIDS_HEADROOM if limits.processes is not None else None
+    scope = _scope_command(host, unit, memory, tasks, limits.cpu)
+    return SessionCgroups(version=None), scope, unit, _scope_env(host)
+
+
 def plan_confinement(
     limits: Limits, session_id: str, host: HostKind | None = None, *, writable: bool = True
 ) -> Confinement:
@@ -182,149 +317,65 @@ def plan_confinement(
         "writes": limits.bytes("writes"),
         "files": limits.files,
     }
-    wanted = {name for name in ("memory", "processes", "cpu") if values[name] is not None}
     groups = create_session_cgroups(session_id, memory=memory, processes=limits.processes, cpu=limits.cpu)
-    scope: list[str] | None = None
-    unit: str | None = None
-    scope_env: dict[str, str] = {}
-    if wanted - set(groups.by_limit) and host.systemd is not None:
-        # A scope of its own holds every limit of the session; partial groups are given back.
-        for group in groups.paths:
-            remove_group(group)
-        unit = f"console-bridge-{session_id}.scope"
-        tasks = limits.processes + PIDS_HEADROOM if limits.processes is not None else None
-        scope = _scope_command(host, unit, memory, tasks, limits.cpu)
-        groups = SessionCgroups(version=None)
-        scope_env = _scope_env(host)
-    reports: dict[str, LimitReport] = {}
-    rlimits: dict[str, int] = {}
-    child_rlimits: dict[str, int] = {}
-    missing: dict[str, str] = {}
-    weak: dict[str, str] = {}
-    for name in ("memory", "processes", "cpu"):
-        value = values[name]
-        if value is None:
-            reports[name] = LimitReport(None, None)
-        elif scope is not None:
-            note = (
-                f"{unit}: cells get the limit in its cells group, the server and its helpers {PIDS_HEADROOM} more"
-                if name == "processes"
-                else unit or ""
-            )
-            reports[name] = LimitReport(value, "systemd-scope", note)
-        elif name in groups.by_limit:
-            reports[name] = LimitReport(value, groups.version)
-        elif name == "memory":
-            # No cgroup: the bridge watches the cells' memory (the sandbox's resident memory plus its tmpfs),
-            # and RLIMIT_AS per process stays as the backstop, no lower than a worker maps at rest (~1 GiB).
-            rlimits["as"] = max(int(value), MIN_ADDRESS_SPACE)
-            reports[name] = LimitReport(
-                value,
-                "watched",
-                "the resident memory of the sandbox's processes plus its /dev tmpfs, sampled every 20 ms while a cell "
-                "runs (overshoot: what a cell allocates between two samples); the cells are stopped past it. "
-                f"RLIMIT_AS per process at {show_size(rlimits['as'])} is the backstop (no cgroup for the whole tree)",
-            )
-            weak[name] = "only the bridge's sampled watch (and RLIMIT_AS per process) holds it, not a cgroup"
-        elif name == "processes":  # every session has a user namespace of its own (root's: unprivileged ids)
-            child_rlimits["nproc"] = int(value) + PIDS_HEADROOM
-            reports[name] = LimitReport(
-                value,
-                "userns-rlimit",
-                "RLIMIT_NPROC counted over the session's user namespace (cells get the limit, the server and its "
-                f"helpers {PIDS_HEADROOM} more tasks)",
-            )
-            weak[name] = "only RLIMIT_NPROC counted over the session's user namespace holds it, not a cgroup"
-        else:
-            why = groups.errors.get(name, "no cgroup controller for it")
-            missing[name] = why
-            reports[name] = LimitReport(value, None, why)
-    if tmpdir is None:
-        reports["tmpdir"] = LimitReport(None, None)
-    else:
-        reports["tmpdir"] = LimitReport(
-            tmpdir,
-            "tmpfs",
-            "a size-capped tmpfs in the session's view; /dev/shm in the sandbox: the same cap, by accounting",
-        )
-    if recording is None:
-        reports["recording"] = LimitReport(None, None)
-    else:
-        rlimits["fsize"] = recording
-        reports["recording"] = LimitReport(
-            recording,
-            "rlimit",
-            "the session's whole recording: RLIMIT_FSIZE on the server up to what is left, a cell's raw output past "
-            "it cut after the cell",
-        )
-        weak["recording"] = "RLIMIT_FSIZE and cuts after each cell hold it, not a file system cap"
-    for name, value, nothing, how in (
-        (
-            "writes",
-            values["writes"],
-            "cells can write nothing but their TMPDIR",
-            "the bytes added to the writable folders are measured while cells run; past the limit the cells are "
-            "stopped (overshoot: what the cells write between two looks, 20 ms to 0.25 s)",
-        ),
-        (
-            "files",
-            values["files"],
-            "cells can create nothing but in their TMPDIR",
-            "the files and folders added to the writable folders are counted with the writes (a look when a file "
-            "system's free blocks or inodes change, at least every 0.25 s while a cell runs); past the limit the "
-            "cells are stopped",
-        ),
-    ):
-        if value is None:
-            reports[name] = LimitReport(None, None)
-        elif not writable:
-            reports[name] = LimitReport(value, "read-only-view", nothing)
-        else:
-            reports[name] = LimitReport(value, "accounting", how)
-            weak[name] = "the bridge's accounting stops the cells once they overdraw; no file system cap holds it"
+    groups, scope, unit, scope_env = _scope(limits, session_id, host, groups, memory)
+    choices = _Choices()
+    reports = {name: _tree_limit(name, values[name], groups, unit, choices) for name in ("memory", "processes", "cpu")}
+    reports["tmpdir"] = _tmpdir_limit(tmpdir)
+    reports["recording"] = _recording_limit(recording, choices)
+    for name in ("writes", "files"):
+        reports[name] = _disk_limit(name, values[name], writable, choices)
     confinement = Confinement(
         limits,
         {n: reports[n] for n in LIMIT_NAMES},
         groups,
         tmpdir,
         host,
-        rlimits,
-        child_rlimits,
+        choices.rlimits,
+        choices.child_rlimits,
         scope,
         unit,
         scope_env,
     )
-    refused = dict(missing)
+    refused = dict(choices.missing)
     if limits.enforce == "strict":
-        refused.update(weak)
+        refused.update(choices.weak)
     if refused and limits.enforce != "best_effort":
         confinement.release()
-        name, why = next(iter(refused.items()))
-        others = f" (also: {', '.join(sorted(set(refused) - {name}))})" if len(refused) > 1 else ""
-        if name in missing:
-            fix = f"{_FIX[name]}; or pass Limits(..., enforce='best_effort') (CLI: --best-effort) to start anyway"
-        else:
-            option = {
-                "tmpdir": "tmpdir-limit",
-                "recording": "recording-limit",
-                "writes": "writes-limit",
-                "files": "files-limit",
-            }.get(name, name)
-            where = "run where a cgroup holds it (v2 delegated to this user, a systemd user manager, or v1), "
-            fix = (
-                "drop enforce='strict' (CLI: leave out --strict; the default 'required' holds it with the weaker "
-                f"mechanism and reports that), {where if name in ('memory', 'processes', 'cpu') else ''}or set "
-                f"{name}=None (CLI: --{option} none), which leaves it with no limit at all"
-            )
-        shown = show_size(values[name]) if name in ("memory", "tmpdir", "recording", "writes") else values[name]
-        raise LaunchRefused(
-            f"limit {name}={shown} cannot be enforced "
-            f"{'' if name in missing else 'by a cgroup or a file system cap (which enforce=strict asks for) '}"
-            f"on this host ({host.name}): {why}{others}. Fix: {fix}. status().limits and `console-bridge doctor` "
-            "say what holds. Nothing was started.",
-            details={"limit": name, "reasons": refused},
-        )
+        raise _refusal(values=values, refused=refused, missing=choices.missing, host=host)
     return confinement
+
+
+def _refusal(
+    *, values: dict[str, int | float | None], refused: dict[str, str], missing: dict[str, str], host: HostKind
+) -> LaunchRefused:
+    """The refusal of the first limit that does not hold as ``enforce`` asks, naming the others and the fix."""
+    name, why = next(iter(refused.items()))
+    others = f" (also: {', '.join(sorted(set(refused) - {name}))})" if len(refused) > 1 else ""
+    if name in missing:
+        fix = f"{_FIX[name]}; or pass Limits(..., enforce='best_effort') (CLI: --best-effort) to start anyway"
+    else:
+        option = {
+            "tmpdir": "tmpdir-limit",
+            "recording": "recording-limit",
+            "writes": "writes-limit",
+            "files": "files-limit",
+        }.get(name, name)
+        where = "run where a cgroup holds it (v2 delegated to this user, a systemd user manager, or v1), "
+        fix = (
+            "drop enforce='strict' (CLI: leave out --strict; the default 'required' holds it with the weaker "
+            f"mechanism and reports that), {where if name in ('memory', 'processes', 'cpu') else ''}or set "
+            f"{name}=None (CLI: --{option} none), which leaves it with no limit at all"
+        )
+    value = values[name]
+    shown = show_size(value) if name in ("memory", "tmpdir", "recording", "writes") else value
+    return LaunchRefused(
+        f"limit {name}={shown} cannot be enforced "
+        f"{'' if name in missing else 'by a cgroup or a file system cap (which enforce=strict asks for) '}"
+        f"on this host ({host.name}): {why}{others}. Fix: {fix}. status().limits and `console-bridge doctor` "
+        "say what holds. Nothing was started.",
+        details={"limit": name, "reasons": refused},
+    )
 
 
 def supervisor_command(

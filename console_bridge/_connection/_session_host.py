@@ -10,7 +10,6 @@ and ``tools/list_changed`` through the callbacks it was given, and the connectio
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -25,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 from console_bridge._config import HttpSpec, ServerSpec, StdioSpec
 from console_bridge._confinement._plan import Supervision
 from console_bridge._errors import BridgeError, LaunchRefused, ServerError
+from console_bridge._root_task import RootTask
 from console_bridge._transport._guard import Guard
 from console_bridge._transport._stdio import StdioChild, base_environment, open_stdio
 
@@ -65,14 +65,12 @@ class SessionHost:
         self.session: ClientSession | None = None
         self.ready = anyio.Event()
         self.failure: list[BaseException] = []
-        self._task: asyncio.Task[None] | None = None
+        self._root = RootTask(self._host)  # the connection outlives the task that connects it: see _root_task
         self._stop = anyio.Event()
-        self._done = anyio.Event()
 
     def start(self) -> None:
         """Start the host task (once); wait on ``ready``."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._host())
+        self._root.start()
 
     def stop(self) -> None:
         """Ask the host to unwind (idempotent); :meth:`wait_stopped` waits for it."""
@@ -80,8 +78,7 @@ class SessionHost:
 
     async def wait_stopped(self) -> None:
         """Until the host task has unwound (at once when it never started)."""
-        if self._task is not None:
-            await self._done.wait()
+        await self._root.wait()
 
     async def _host(self) -> None:
         ready = self.ready
@@ -101,12 +98,11 @@ class SessionHost:
         except BaseException as exc:
             if not ready.is_set():
                 self.failure.append(exc)
-            elif not isinstance(exc, asyncio.CancelledError):
+            elif not isinstance(exc, anyio.get_cancelled_exc_class()):
                 self._on_crash(f"transport failed: {type(exc).__name__}: {exc}")
         finally:
             self.session = None
             ready.set()
-            self._done.set()
 
     async def _open_transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:
         spec = self._spec

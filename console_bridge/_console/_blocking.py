@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._recordings import Recording
@@ -79,20 +79,41 @@ class Console(NotCopyable):
     def recording(self) -> Recording | None:
         return self._async.recording
 
-    def send(self, **kwargs: Any) -> CellResult:
+    def send(
+        self,
+        *,
+        python: str | None = None,
+        r: str | None = None,
+        sql: str | None = None,
+        stdin: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> CellResult:
         self._check()
-        return self._portal.call(lambda: self._async.send(**kwargs))
+        return self._portal.call(
+            lambda: self._async.send(python=python, r=r, sql=sql, stdin=stdin, timeout_ms=timeout_ms)
+        )
 
     def poll(self, timeout_ms: int | None = None) -> CellResult:
         self._check()
         return self._portal.call(self._async.poll, timeout_ms)
 
-    def run(self, *, on_output: Callable[[CellResult], Any] | None = None, **kwargs: Any) -> CellResult:
+    def run(
+        self,
+        *,
+        python: str | None = None,
+        r: str | None = None,
+        sql: str | None = None,
+        timeout: float | None = None,
+        on_output: Callable[[CellResult], Any] | None = None,
+        check: bool = False,
+    ) -> CellResult:
         """Run a cell to completion (see :meth:`AsyncConsole.run`). ``on_output`` runs in the caller's
         process but on the console's loop thread."""
         self._check()
         try:
-            return self._portal.call(lambda: self._async.run(on_output=on_output, **kwargs))
+            return self._portal.call(
+                lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check)
+            )
         except KeyboardInterrupt:
             # Interrupt the cell and wait (bounded) until it stopped, so the next call is accepted.
             with contextlib.suppress(BridgeError):
@@ -139,12 +160,21 @@ class Console(NotCopyable):
 
 
 def _mirror(names: tuple[str, ...]) -> None:
-    """Give the blocking methods the async methods' signatures and docstrings (``help(Console.run)``
-    shows the real parameters, not ``**kwargs``); the behaviour is the async method's, through the portal."""
+    """Give the blocking methods the async methods' docstrings (the behaviour is the async method's,
+    through the portal), and ``__init__`` its signature (``help(Console)`` shows the real parameters,
+    not ``**kwargs``). The methods spell their own signatures, so mypy and the parity test see them."""
+    Console.__init__.__signature__ = inspect.signature(AsyncConsole.__init__)  # type: ignore[attr-defined]
     for name in names:
-        blocking, original = getattr(Console, name), getattr(AsyncConsole, name)
-        blocking.__signature__ = inspect.signature(original)
-        blocking.__doc__ = original.__doc__
+        getattr(Console, name).__doc__ = getattr(AsyncConsole, name).__doc__
 
 
 _mirror(("__init__", "send", "poll", "run", "interrupt", "restart", "put_file", "get_file", "list_files", "status"))
+
+if TYPE_CHECKING:
+    from console_bridge._surfaces import AsyncConsoleSurface, ConsoleSurface
+
+    def _keeps_to_its_surface(
+        console: AsyncConsole, twin: Console
+    ) -> tuple[AsyncConsoleSurface[ConsoleStatus], ConsoleSurface[ConsoleStatus]]:
+        """mypy fails here when AsyncConsole or Console drifts from its surface (``_surfaces``)."""
+        return console, twin

@@ -23,7 +23,7 @@ from console_bridge._confinement._deny import deny_paths, expand_deny, secret_na
 from console_bridge._confinement._devcap import cap_dev
 from console_bridge._confinement._disk import FolderUsage, WriteWatch, kill_cells
 from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
-from console_bridge._confinement._limits import Limits
+from console_bridge._confinement._limits import Limits, Mechanism
 from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
 from console_bridge._confinement._proctree import descendants
@@ -83,7 +83,9 @@ class SessionConfinement:
             raise
         self.entry.cgroups = [str(path) for path in self.confinement.cgroups.paths]
         self.entry.limits = {
-            name: report.enforced_by for name, report in self.confinement.reports.items() if report.value is not None
+            name: report.as_dict()["enforced_by"]  # the plain string, as the entry's JSON holds it
+            for name, report in self.confinement.reports.items()
+            if report.value is not None
         }
         self.entry.save()
 
@@ -155,9 +157,10 @@ class SessionConfinement:
         any cell) and the recording's total (see ``_confinement._disk``)."""
         assert self.confinement is not None and self.entry is not None
         reports = self.confinement.reports
-        writes = reports["writes"].value if reports["writes"].enforced_by == "accounting" else None
-        files = reports["files"].value if reports["files"].enforced_by == "accounting" else None
+        writes = reports["writes"].value if reports["writes"].enforced_by == Mechanism.ACCOUNTING else None
+        files = reports["files"].value if reports["files"].enforced_by == Mechanism.ACCOUNTING else None
         counted = writes is not None or files is not None
+        watched = reports["memory"].enforced_by == Mechanism.WATCHED
         usage = FolderUsage(writable, exclude=[recording_base, self.entry.path]) if writable and counted else None
         self.watch = WriteWatch(
             usage,
@@ -166,8 +169,8 @@ class SessionConfinement:
             worker_pid=lambda: self._worker.pid if self._worker is not None else None,
             stop_cells=self.stop_cells,
             own_tmpfs=[str(self.entry.tmpdir)],
-            memory_limit=int(reports["memory"].value or 0) if reports["memory"].enforced_by == "watched" else None,
-            count_tasks=reports["processes"].enforced_by == "userns-rlimit",
+            memory_limit=int(reports["memory"].value or 0) if watched else None,
+            count_tasks=reports["processes"].enforced_by == Mechanism.USERNS_RLIMIT,
             files_limit=int(files) if files is not None else None,
         )
         recording = reports["recording"].value
@@ -260,7 +263,7 @@ class SessionConfinement:
             tree = view.hidden_tree and f", and every entry of {view.hidden_tree} not everyone may read, at any depth"
             reports["hidden_names"] = {
                 "value": len(view.hidden),
-                "enforced_by": "watched",
+                "enforced_by": Mechanism.WATCHED.value,
                 "note": (
                     f"{len(view.hidden)} names hidden inside the view (the workspace's .git, deny_read, credential "
                     f"stores){tree}: masked at start and again, within milliseconds, when the host renames, "
@@ -386,7 +389,7 @@ class SessionConfinement:
                 return name
         if self.confinement.tmpfs_size is not None and self._tmpfs_filled():
             return "tmpdir"
-        if self.confinement.mechanism("processes") == "userns-rlimit":
+        if self.confinement.mechanism("processes") == Mechanism.USERNS_RLIMIT:
             limit = self.confinement.reports["processes"].value
             # The kernel refuses at `limit` tasks of the namespace (a few may have ended since). Only
             # a cell that took the count there ran into it: children a cell never waited for stay as
@@ -402,7 +405,7 @@ class SessionConfinement:
                 or fork_refused(error)
             ):
                 return "processes"
-        if self.confinement.mechanism("memory") == "watched" and error is not None and out_of_memory(error):
+        if self.confinement.mechanism("memory") == Mechanism.WATCHED and error is not None and out_of_memory(error):
             return "memory"  # (the RLIMIT_AS backstop refused an allocation before the watch saw it)
         if disk is not None:
             return disk
@@ -464,8 +467,8 @@ class SessionConfinement:
         report = self.confinement.reports[name] if self.confinement is not None else None
         value = report.value if report is not None else None
         mechanism = report.enforced_by if report is not None else None
-        if name == "memory" and mechanism == "watched" and not self._memory_stopped:
-            mechanism = "rlimit"  # the RLIMIT_AS backstop refused an allocation before the watch saw it
+        if name == "memory" and mechanism == Mechanism.WATCHED and not self._memory_stopped:
+            mechanism = Mechanism.RLIMIT  # the RLIMIT_AS backstop refused an allocation before the watch saw it
         return limit_text(name, mechanism, value, shm="full" if self._shm_full else self._shm_hit)
 
     def _tmpfs_filled(self) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import os
@@ -35,6 +34,7 @@ from console_bridge._manager._info import (
     summarize,
 )
 from console_bridge._manager._workspaces import WS_PREFIX, remove_folder, sweep_workspaces
+from console_bridge._root_task import RootTask
 
 __all__ = ["AsyncSessionManager", "sweep_workspaces"]
 
@@ -109,9 +109,8 @@ class AsyncSessionManager(NotCopyable):
             AsyncConsole(workspace, **self.console_options)
         self._state = "new"
         self._tg: TaskGroup | None = None
-        self._host_task: asyncio.Task[None] | None = None
+        self._root: RootTask | None = None  # the manager outlives the task that enters it: see _root_task
         self._stop = anyio.Event()
-        self._host_done = anyio.Event()
         self._entries: dict[str, Entry] = {}
         self._ready: deque[Entry] = deque()
         self._waiters: deque[Waiter] = deque()
@@ -144,7 +143,8 @@ class AsyncSessionManager(NotCopyable):
         if self.workspace is None:
             await anyio.to_thread.run_sync(sweep_workspaces)
         ready = anyio.Event()
-        self._host_task = asyncio.get_running_loop().create_task(self._host(ready))
+        self._root = RootTask(lambda: self._host(ready))
+        self._root.start()
         await ready.wait()
         self._state = "running"
         self._refill()
@@ -161,7 +161,6 @@ class AsyncSessionManager(NotCopyable):
         finally:
             self._tg = None
             ready.set()
-            self._host_done.set()
 
     async def _guarded(self, what: str, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         """Background work never fails the host: an unexpected error is counted and kept."""
@@ -192,8 +191,8 @@ class AsyncSessionManager(NotCopyable):
             for entry in self._entries.values():
                 entry.console.set_close_reason(_MANAGER_CLOSED)
             self._stop.set()
-            if self._host_task is not None:
-                await self._host_done.wait()
+            if self._root is not None:
+                await self._root.wait()
             async with anyio.create_task_group() as tg:
                 for entry in list(self._entries.values()):
                     tg.start_soon(self._close_entry, entry, _MANAGER_CLOSED)

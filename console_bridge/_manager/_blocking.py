@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from console_bridge._console._blocking import Console
 from console_bridge._console._session import AsyncConsole
@@ -78,3 +78,15 @@ class SessionManager(BlockingManager[AsyncSessionManager, Console]):
 # ``help(SessionManager)`` and editors show the real parameters, not ``**kwargs`` (the behaviour is
 # the async manager's, through the portal).
 SessionManager.__init__.__signature__ = inspect.signature(AsyncSessionManager.__init__)  # type: ignore[attr-defined]
+
+if TYPE_CHECKING:
+    from console_bridge._surfaces import AsyncManagerSurface, ManagerSurface
+
+    def _keeps_to_its_surface(
+        manager: AsyncSessionManager, twin: SessionManager
+    ) -> tuple[
+        AsyncManagerSurface[AsyncConsole, list[SessionInfo], ManagerStats],
+        ManagerSurface[Console, list[SessionInfo], ManagerStats],
+    ]:
+        """mypy fails here when AsyncSessionManager or SessionManager drifts from its surface (``_surfaces``)."""
+        return manager, twin

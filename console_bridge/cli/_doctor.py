@@ -19,7 +19,7 @@ import click
 
 from console_bridge._confinement._host import detect_host
 from console_bridge._confinement._idmap import session_ids
-from console_bridge._confinement._limits import Limits
+from console_bridge._confinement._limits import Limits, Mechanism
 from console_bridge._confinement._namespaces_check import check_namespaces
 from console_bridge._confinement._plan import TREE_WIDE, plan_confinement
 from console_bridge._confinement._unconfinable import host_gap
@@ -297,7 +297,7 @@ def _check_limits() -> list[Check]:
             "whole tree"
             if report.enforced_by in TREE_WIDE
             else "the bridge's watch of the whole sandbox"
-            if report.enforced_by == "watched"
+            if report.enforced_by == Mechanism.WATCHED
             else "per process"
         )
         note = f"; {report.note}" if report.note else ""
@@ -306,7 +306,7 @@ def _check_limits() -> list[Check]:
                 f"limit {name}",
                 "ok",
                 f"{shown} by {report.enforced_by} ({strength}){note}",
-                data={"value": value, "enforced_by": report.enforced_by},
+                data={"value": value, "enforced_by": report.enforced_by.value},
             )
         )
     return checks

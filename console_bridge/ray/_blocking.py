@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from console_bridge._connection._handles import NotCopyable, ToolHandle
+from console_bridge._errors import BridgeError
 from console_bridge._identity import Owner
 from console_bridge._portal import BlockingManager, Portal
 from console_bridge._results import CellResult
@@ -29,8 +31,24 @@ class BlockingRayConsole(NotCopyable):
     def __repr__(self) -> str:
         return repr(self._async).replace("<RayConsole", "<BlockingRayConsole")
 
-    def send(self, **kwargs: Any) -> CellResult:
-        return self._portal.call(lambda: self._async.send(**kwargs))
+    def __enter__(self) -> BlockingRayConsole:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def send(
+        self,
+        *,
+        python: str | None = None,
+        r: str | None = None,
+        sql: str | None = None,
+        stdin: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> CellResult:
+        return self._portal.call(
+            lambda: self._async.send(python=python, r=r, sql=sql, stdin=stdin, timeout_ms=timeout_ms)
+        )
 
     def poll(self, timeout_ms: int | None = None) -> CellResult:
         return self._portal.call(self._async.poll, timeout_ms)
@@ -46,10 +64,20 @@ class BlockingRayConsole(NotCopyable):
         check: bool = False,
     ) -> CellResult:
         """Run a cell to completion; ``on_output`` is called in the portal's thread as chunks arrive.
-        ``check=True`` raises :class:`CellError` when the cell failed."""
-        return self._portal.call(
-            lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check)
-        )
+        ``check=True`` raises :class:`CellError` when the cell failed. Ctrl-C interrupts the cell,
+        keeps the session and re-raises ``KeyboardInterrupt`` (as :class:`Console`)."""
+        try:
+            return self._portal.call(
+                lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check)
+            )
+        except KeyboardInterrupt:
+            with contextlib.suppress(BridgeError):
+                self._portal.call(self._async.settle, 10.0, on_output)
+            raise
+
+    def settle(self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None) -> CellResult | None:
+        """Interrupt the running cell and poll until it stopped (see :meth:`RayConsole.settle`)."""
+        return self._portal.call(self._async.settle, bound, on_output)
 
     def interrupt(self) -> CellResult:
         return self._portal.call(self._async.interrupt)
@@ -66,6 +94,15 @@ class BlockingRayConsole(NotCopyable):
     def get_file(self, name: str, *, max_bytes: int = 100_000_000) -> bytes:
         return self._portal.call(lambda: self._async.get_file(name, max_bytes=max_bytes))
 
+    def list_files(self, pattern: str = "**") -> list[str]:
+        return self._portal.call(self._async.list_files, pattern)
+
+    def push(self, name: str, value: Any) -> None:
+        self._portal.call(self._async.push, name, value)
+
+    def pull(self, name: str, *, max_bytes: int = 100_000_000) -> Any:
+        return self._portal.call(lambda: self._async.pull(name, max_bytes=max_bytes))
+
     def tools(self) -> list[ToolHandle]:
         """The model-facing ``send`` tool; ``handle.call({...})`` blocks."""
         return [self._portal.blocking_handle(handle) for handle in self._async.tools()]
@@ -74,6 +111,11 @@ class BlockingRayConsole(NotCopyable):
         """Close the session on its node; its slot frees. Idempotent."""
         if not self._portal.closed:
             self._portal.call(self._async.close)
+
+    def cancel(self) -> None:
+        """Kill the session on its node at once, then free its slot. Idempotent."""
+        if not self._portal.closed:
+            self._portal.call(self._async.cancel)
 
 
 class BlockingRaySessionManager(BlockingManager[RaySessionManager, BlockingRayConsole]):
@@ -99,3 +141,22 @@ class BlockingRaySessionManager(BlockingManager[RaySessionManager, BlockingRayCo
 
     def stats(self) -> RayManagerStats:
         return self._portal.call(self._async.stats)
+
+
+if TYPE_CHECKING:
+    from console_bridge._surfaces import AsyncConsoleSurface, AsyncManagerSurface, ConsoleSurface, ManagerSurface
+
+    def _keeps_to_its_surface(
+        console: RayConsole, twin: BlockingRayConsole
+    ) -> tuple[AsyncConsoleSurface[Awaitable[RayConsoleStatus]], ConsoleSurface[RayConsoleStatus]]:
+        """mypy fails here when RayConsole or BlockingRayConsole drifts from its surface (``_surfaces``)."""
+        return console, twin
+
+    def _managers_keep_to_their_surface(
+        manager: RaySessionManager, twin: BlockingRaySessionManager
+    ) -> tuple[
+        AsyncManagerSurface[RayConsole, Awaitable[list[RaySessionInfo]], Awaitable[RayManagerStats]],
+        ManagerSurface[BlockingRayConsole, list[RaySessionInfo], RayManagerStats],
+    ]:
+        """mypy fails here when RaySessionManager or its blocking twin drifts from its surface (``_surfaces``)."""
+        return manager, twin

@@ -25,7 +25,12 @@ from console_bridge._results import CellResult
 __all__ = ["CALLS", "NodeHost", "RayConsoleStatus", "ToolSpec"]
 
 #: The console methods a driver may call through :meth:`NodeHost.call`.
-CALLS = frozenset({"send", "poll", "run", "interrupt", "restart", "put_file", "get_file"})
+CALLS = frozenset(
+    {"send", "poll", "run", "settle", "interrupt", "restart", "cancel"}
+    | {"put_file", "get_file", "list_files", "push", "pull"}
+)
+#: The console methods whose chunks stream back to the driver through :meth:`NodeHost.run_stream`.
+STREAMS = frozenset({"run", "settle"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,16 +126,21 @@ class NodeHost:
             raise NotAllowed(f"{method!r} cannot be called on a remote console")
         return await getattr(self._console(session_id), method)(*args, **kwargs)
 
-    async def run_stream(self, session_id: str, kwargs: dict[str, Any]) -> AsyncIterator[tuple[bool, CellResult]]:
-        """``run`` whose chunks stream back as they arrive: ``(False, chunk)`` ..., then ``(True, result)``."""
-        console = self._console(session_id)
-        # The cell runs in its own task; each chunk is yielded as soon as run() hands it over.
-        send, receive = anyio.create_memory_object_stream[tuple[bool, CellResult] | BaseException](100)
+    async def run_stream(
+        self, session_id: str, kwargs: dict[str, Any], method: str = "run"
+    ) -> AsyncIterator[tuple[bool, CellResult | None]]:
+        """``run`` (or ``settle``) whose chunks stream back as they arrive: ``(False, chunk)`` ...,
+        then ``(True, result)``."""
+        if method not in STREAMS:
+            raise NotAllowed(f"{method!r} cannot stream from a remote console")
+        call = getattr(self._console(session_id), method)
+        # The cell runs in its own task; each chunk is yielded as soon as the call hands it over.
+        send, receive = anyio.create_memory_object_stream[tuple[bool, CellResult | None] | BaseException](100)
 
         async def drive() -> None:
             async with send:
                 try:
-                    result = await console.run(on_output=lambda c: send.send((False, c)), **kwargs)
+                    result = await call(on_output=lambda c: send.send((False, c)), **kwargs)
                 except BaseException as exc:  # delivered to the driver as itself, after the chunks
                     await send.send(exc)
                     if not isinstance(exc, Exception):

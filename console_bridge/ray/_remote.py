@@ -186,21 +186,26 @@ class RayConsole(NotCopyable):
         if on_output is None:
             result: CellResult = await self._call("run", **kwargs)
             return result
+        streamed: CellResult = await self._stream("run", kwargs, on_output)
+        return streamed
+
+    async def _stream(self, method: str, kwargs: dict[str, Any], on_output: Callable[[CellResult], Any]) -> Any:
+        """``method`` (``run`` or ``settle``) on the node, its chunks handed to ``on_output`` here as
+        they stream back; returns the method's result."""
         check_owner(self.owner, "console")
-        self._check_open("run")
-        stream: Any = self.node.actor.run_stream.remote(self.id, kwargs)
+        self._check_open(method)
+        stream: Any = self.node.actor.run_stream.remote(self.id, kwargs, method)
         try:
             while True:
                 try:
                     ref = await stream.__anext__()
                 except StopAsyncIteration:
                     raise ConnectionClosed(
-                        f"run: the stream from Ray node {self.node_id} ended without a result"
+                        f"{method}: the stream from Ray node {self.node_id} ended without a result"
                     ) from None
-                done, chunk = await remote(self.node, "run", ref)
+                done, chunk = await remote(self.node, method, ref)
                 if done:
-                    result = chunk
-                    return result
+                    return chunk
                 outcome = on_output(chunk)
                 if isinstance(outcome, Awaitable):
                     await outcome
@@ -211,12 +216,24 @@ class RayConsole(NotCopyable):
             await self._on_closed(self)
             raise
         except Exception as exc:
-            translated = translate(exc, self.node, "run")
+            translated = translate(exc, self.node, method)
             if translated is exc:
                 raise
             if isinstance(translated, ConnectionClosed):
                 await self._on_closed(self)
             raise translated from None
+
+    async def settle(
+        self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None
+    ) -> CellResult | None:
+        """Host-only: interrupt the running cell and poll until it stopped, within ``bound`` seconds
+        (see :meth:`AsyncConsole.settle`); ``on_output`` runs here, on the driver."""
+        self._host_only("settle()")
+        if on_output is None:
+            result: CellResult | None = await self._call("settle", bound)
+            return result
+        streamed: CellResult | None = await self._stream("settle", {"bound": bound}, on_output)
+        return streamed
 
     async def interrupt(self) -> CellResult:
         """Host-only: interrupt the running cell (state kept)."""
@@ -247,6 +264,21 @@ class RayConsole(NotCopyable):
         """The bytes of a file a cell wrote into its TMPDIR (see :meth:`AsyncConsole.get_file`)."""
         data: bytes = await self._call("get_file", name, max_bytes=max_bytes)
         return data
+
+    async def list_files(self, pattern: str = "**") -> list[str]:
+        """The files in the session's TMPDIR on its node matching ``pattern`` (see :meth:`AsyncConsole.list_files`)."""
+        names: list[str] = await self._call("list_files", pattern)
+        return names
+
+    async def push(self, name: str, value: Any) -> None:
+        """Bind ``name`` in the session's Python to a copy of ``value`` (see :meth:`AsyncConsole.push`);
+        the value reaches the node through Ray, the sandbox through Parquet, ``.npy`` or JSON."""
+        await self._call("push", name, value)
+
+    async def pull(self, name: str, *, max_bytes: int = 100_000_000) -> Any:
+        """A copy of the session's Python value ``name`` (see :meth:`AsyncConsole.pull`): read on the
+        node without pickle, then sent here through Ray."""
+        return await self._call("pull", name, max_bytes=max_bytes)
 
     # ----------------------------------------------------------------- tools
     def tools(self) -> list[ToolHandle]:
@@ -283,6 +315,14 @@ class RayConsole(NotCopyable):
     # ----------------------------------------------------------------- close
     async def close(self) -> None:
         """Close the session on its node (recording finalized, tree stopped); its slot frees. Idempotent."""
+        await self._on_closed(self)
+
+    async def cancel(self) -> None:
+        """Kill the session's process tree on its node at once (the recording is not finalized), then
+        free its slot. Idempotent."""
+        if not self.closed and self.node.lost is None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(ConnectionClosed):
+                await remote(self.node, "cancel", self.node.actor.call.remote(self.id, "cancel", (), {}))
         await self._on_closed(self)
 
     async def __aenter__(self) -> RayConsole:

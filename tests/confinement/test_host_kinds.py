@@ -9,6 +9,7 @@ message, are asserted.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from console_bridge import LaunchRefused, Limits
 from console_bridge._confinement._host import detect_host, userns_problem
+from console_bridge._confinement._limits import Mechanism
 from console_bridge._confinement._plan import plan_confinement, supervisor_command
 from console_bridge._confinement._view import build_view, etc_secrets
 from tests.confinement.conftest import host_kind
@@ -38,6 +40,22 @@ def test_a_normal_user_without_cgroups_gets_rlimits_it_names(no_cgroups: Path) -
     assert reports["tmpdir"]["enforced_by"] == "tmpfs"
     assert plan.child_rlimits["nproc"] > 256 and plan.rlimits["as"] == 4 << 30
     assert plan.scope is None
+
+
+def test_mechanisms_are_the_strings_users_see(no_cgroups: Path) -> None:
+    """``Mechanism`` is a ``StrEnum``: a member equals its string, and ``status().limits`` shows the
+    plain string (a printed status or a JSON report looks as before)."""
+    assert {m.value for m in Mechanism} == {
+        "cgroup2", "cgroup1", "systemd-scope", "rlimit", "userns-rlimit", "tmpfs", "accounting", "read-only-view",
+        "watched",
+    }  # fmt: skip
+    assert all(m == m.value and f"{m}" == m.value for m in Mechanism)
+    plan = plan_confinement(Limits(), "t-strings", host_kind())
+    assert plan.mechanism("processes") is Mechanism.USERNS_RLIMIT
+    shown = [report["enforced_by"] for report in plan.report_dict().values() if report["enforced_by"] is not None]
+    assert shown and all(type(mechanism) is str for mechanism in shown)
+    assert "Mechanism" not in repr(plan.report_dict()) and json.loads(json.dumps(plan.report_dict()))
+    plan.release()
 
 
 def test_the_files_limit_is_accounted_where_cells_write_the_host_and_free_elsewhere(no_cgroups: Path) -> None:

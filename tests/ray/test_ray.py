@@ -167,6 +167,41 @@ async def test_a_session_culled_on_its_node_frees_its_slot(cluster: Any, options
         assert (await second.run(python="print(2)")).text == "2\n"
 
 
+async def test_files_values_settle_and_cancel_on_a_node(cluster: Any, options: dict[str, Any]) -> None:
+    """The rest of the console surface (``_surfaces``): forwarded to the session on its node."""
+    async with RaySessionManager(**options) as manager:
+        console = await manager.open(owner=Owner("agent-1"))
+        await console.put_file("in/a.csv", b"1")
+        await console.run(python="import os\nopen(os.path.join(os.environ['TMPDIR'], 'b.txt'), 'w').write('2')")
+        assert await console.list_files("**/*.*") == ["b.txt", "in/a.csv"]
+        assert await console.list_files("*.txt") == ["b.txt"]
+        with pytest.raises(NotAllowed):
+            await console.list_files("../*")
+        await console.push("plain", {"a": [1, 2]})
+        assert (await console.run(python="print(plain['a'][1])")).text == "2\n"
+        assert await console.pull("plain") == {"a": [1, 2]}
+
+        await console.send(python="import time\nprint('go', flush=True)\ntime.sleep(30)", timeout_ms=0)
+        seen: list[CellResult] = []
+        settled = await console.settle(10.0, on_output=seen.append)  # chunks stream back to the driver
+        assert settled is not None and not settled.running and seen and seen[-1].running is False
+        await console.send(python="import time; time.sleep(30)", timeout_ms=0)
+        settled = await console.settle(10.0)
+        assert settled is not None and not settled.running
+        assert (await console.run(python="print(3)")).text == "3\n"  # the session lives on
+        with run_context(Owner("agent-1")), pytest.raises(NotAllowed, match="host control"):
+            await console.settle()
+
+        processes = tree((await console.status()).pid or 0)
+        assert processes
+        await console.cancel()
+        assert wait_gone(processes) == []  # killed on its node
+        with pytest.raises(ConnectionClosed, match="closed"):
+            await console.run(python="1")
+        await console.cancel()  # idempotent
+        assert sum((await manager.stats()).in_use.values()) == 0  # its slot freed
+
+
 def test_the_blocking_twin(cluster: Any, options: dict[str, Any]) -> None:
     with BlockingRaySessionManager(**options) as manager, manager.session(owner=Owner("agent-1")) as console:
         seen: list[str] = []
@@ -178,6 +213,16 @@ def test_the_blocking_twin(cluster: Any, options: dict[str, Any]) -> None:
             console.run(python="1 / 0", check=True)
         assert failed.value.result is not None and failed.value.result.error is not None
         assert [info.id for info in manager.sessions() if info.state == "in_use"] == [console.id]
+        console.push("v", [1, 2])
+        assert console.pull("v") == [1, 2]
+        console.put_file("f.txt", b"x")
+        assert console.list_files("*.txt") == ["f.txt"]
+        settled = console.settle(5.0)
+        assert settled is not None and not settled.running
+        with manager.open(owner=Owner("agent-2")) as other:
+            other.cancel()
+            with pytest.raises(ConnectionClosed):
+                other.run(python="1")
     with pytest.raises(ConnectionClosed):
         console.run(python="1")
 
