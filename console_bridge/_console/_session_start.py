@@ -6,10 +6,7 @@ teardown (``close``, ``cancel``). ``AsyncConsole`` is defined in ``_session``.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -17,7 +14,6 @@ import psutil
 
 from console_bridge._confinement._host import detect_host
 from console_bridge._connection._async import AsyncMcpConnection
-from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
 from console_bridge._console._launch import check_project_config, check_project_overrides, worker_python
 from console_bridge._console._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
 from console_bridge._console._profiles import translate
@@ -25,7 +21,7 @@ from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, pa
 from console_bridge._console._session_state import LANGUAGES, SERVER, ConsoleState
 from console_bridge._console._usage import CellMeter, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
-from console_bridge._console._worker_env import VenvFacts, checked_venv
+from console_bridge._console._worker_env import checked_venv
 from console_bridge._errors import (
     BridgeError,
     CallTimeout,
@@ -45,11 +41,6 @@ __all__ = ["ConsoleStart", "sandbox_refusal"]
 
 class ConsoleStart(ConsoleState):
     """Starting and stopping an :class:`AsyncConsole` (a layer of the class)."""
-
-    _venv_facts: VenvFacts | None = None  # the worker's Python as inspected on the host (_check_worker_env)
-    _bytecode_linked = 0  # compiled files linked for the worker's bootstrap (_start_planting)
-    _planting: threading.Thread | None = None
-    _bytecode_prefix: Path | None = None  # the links' folder while they are there
 
     def _serve_args(self, binary: Binary, python: Path) -> tuple[list[str], SandboxPolicy]:
         c_args, expected = translate(
@@ -83,7 +74,7 @@ class ConsoleStart(ConsoleState):
         facts = checked_venv(python, needed, timeout=self.version_timeout)
         if facts is None:
             return
-        self._venv_facts = facts
+        self._boot.facts = facts  # what the worker's bootstrap links come from
         if facts.embedding_missing:
             raise LaunchRefused(f"the worker's Python ({python}) cannot run Python cells: {facts.embedding_fix()}")
         if "duckdb" in facts.missing:
@@ -93,74 +84,6 @@ class ConsoleStart(ConsoleState):
                 "an environment that has it; Python cells are unaffected."
             )
             self._notices.append(self._sql_withheld)
-
-    def _start_planting(self) -> None:
-        """Link the compiled files of the modules the worker imports before the startup code to
-        where the worker's ``PYTHONPYCACHEPREFIX`` points (see ``_bytecode``), in a thread of its
-        own: about 100 links cost 10-80 ms of file-system work, which the view's build and the
-        server's launch hide. The worker starts with the probe, after ``_planted``."""
-        facts = self._venv_facts
-        if facts is None or not facts.search_path or "python" not in self.languages:
-            return
-        if self.dependencies != "deny":
-            return  # mcp-console's package preparation manages that cache then: the bridge stays out of it
-        cache = self._confined.cache_dir
-        prefix = bytecode_prefix(cache / "mcp-console")
-
-        def plant() -> None:
-            try:
-                cache.mkdir(mode=0o700, exist_ok=True)  # as supervision() makes it
-                self._bytecode_linked = plant_bytecode(prefix, facts.search_path, facts.cache_tag)
-            except OSError:
-                self._bytecode_linked = 0  # the worker compiles those modules from source, as before
-
-        self._bytecode_prefix = prefix
-        self._in_turn(plant)
-
-    def _start_unplanting(self) -> None:
-        """Once the worker has booted (the probe ran), the links have served: remove them in a thread
-        while the first cells run. Left for the end, removing their 25-40 folders and links made a
-        loaded host's ``close()`` 100-400 ms slower. A fresh worker later (a restart, or the next
-        cell after a worker died) gets them again (``_fresh_worker_ahead``)."""
-        prefix, self._bytecode_prefix = self._bytecode_prefix, None
-        if prefix is None:
-            return
-        self._in_turn(lambda: shutil.rmtree(prefix, ignore_errors=True))
-
-    def _in_turn(self, work: Callable[[], None]) -> None:
-        """Run ``work`` in a thread once the links' previous work is done (making and removing them
-        never overlap); ``_planted`` waits for it."""
-        before = self._planting
-
-        def run() -> None:
-            if before is not None:
-                before.join()
-            work()
-
-        self._planting = threading.Thread(target=run, name="console-bridge-bytecode", daemon=True)
-        self._planting.start()
-
-    def _fresh_worker_ahead(self) -> None:
-        """A fresh worker boots at the next call: its bootstrap reads the environment's compiled files
-        through the links again (restart to the first result took 0.31-0.33 s without them, 0.14-0.17 s
-        with them, here). They are made in a thread now and waited for before the next call."""
-        super()._fresh_worker_ahead()
-        if self._bytecode_prefix is None and self._log_cells:
-            self._start_planting()
-
-    async def _before_call(self) -> None:
-        if self._boot_pending:
-            await self._planted()
-
-    def _fresh_worker_ran(self) -> None:
-        super()._fresh_worker_ran()
-        self._start_unplanting()
-
-    async def _planted(self) -> None:
-        """Wait for the links' thread (before the probe, and before the session's folder is removed)."""
-        thread, self._planting = self._planting, None
-        if thread is not None:
-            await anyio.to_thread.run_sync(thread.join)
 
     def _outcome_env(self) -> dict[str, str]:
         """The R hook: an R_PROFILE_USER file (it sources the user's own), outside the denied
@@ -205,7 +128,7 @@ class ConsoleStart(ConsoleState):
                     writable=self._profile.base == "workspace" or bool(self._roots) or bool(self._profile_writable()),
                 )
             )
-            self._start_planting()  # overlaps the view's build and the server's launch; joined before the probe
+            self._boot.link()  # overlaps the view's build and the server's launch; waited for before the probe
             supervision = await anyio.to_thread.run_sync(
                 lambda: self._confined.supervision(
                     recording_base=base,
@@ -227,7 +150,7 @@ class ConsoleStart(ConsoleState):
                 | {
                     "TMPDIR": str(self._tmpdir),
                     "MCP_CONSOLE_HOME": str(base),
-                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),  # see _start_planting
+                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),  # see WorkerBoot.link
                     "XDG_CACHE_HOME": str(self._confined.cache_dir),
                 }
                 | self._confined.path_env()
@@ -268,11 +191,12 @@ class ConsoleStart(ConsoleState):
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
             await self._verify(self._conn, binary)
             self._abort_if_closed()
-            await self._planted()
+            await self._boot.wait()
             await self._probe(base)
-            self._start_unplanting()
+            self._boot.unlink()  # the worker booted with the probe
             self._abort_if_closed()
             self._log_cells = True
+            self._boot.armed = True
         except Exception:
             with anyio.CancelScope(shield=True):
                 await self._teardown(cancel=True)  # a failed check: the server is not trusted
@@ -432,7 +356,7 @@ class ConsoleStart(ConsoleState):
         self._observer.events.close()
         if self._observer.outcomes is not None:
             self._observer.outcomes.close()
-        await self._planted()  # (it works in the session's folder, which release removes)
+        await self._boot.wait()  # (the links' thread works in the session's folder, which release removes)
         await anyio.to_thread.run_sync(self._confined.release)
         self._state = "closed"
 

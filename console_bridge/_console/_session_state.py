@@ -33,6 +33,7 @@ from console_bridge._console._status import SERVER, ConsoleStatus
 from console_bridge._console._tmpdir_io import MAX_CARRIED, TmpdirFiles
 from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter
 from console_bridge._console._version import Binary
+from console_bridge._console._worker_boot import WorkerBoot
 from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
 from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed, ServerError
 from console_bridge._governance._policy import Policy
@@ -179,7 +180,12 @@ class ConsoleState(NotCopyable):
         self._cells = CellLog()
         self._cell: tuple[str, str, list[CellResult]] | None = None
         self._worker_died_at: float | None = None  # when a worker last died or was restarted
-        self._boot_pending = False  # a fresh worker boots at the next call (a restart; the last one died)
+        #: a worker's boot: a fresh one ahead, its bytecode links (the launcher arms it once started)
+        self._boot = WorkerBoot(
+            lambda: self._confined.cache_dir,
+            wanted="python" in self.languages and dependencies == "deny",
+            on_fresh=self._observer.fresh,
+        )
         self._log_cells = False
 
     def __repr__(self) -> str:
@@ -316,10 +322,10 @@ class ConsoleState(NotCopyable):
         conn = self._require("send")
         language = next((lang for lang in LANGUAGES if lang in args), None)
         if args.get("control") != "restart":
-            await self._before_call()
+            await self._boot.before_call()
             return await self._send(conn, args, language, errors_as_results=errors_as_results)
-        self._fresh_worker_ahead()
-        await self._before_call()
+        self._boot.ahead()
+        await self._boot.before_call()
         async with self._files_kept():
             return await self._send(conn, args, language, errors_as_results=errors_as_results)
 
@@ -409,9 +415,9 @@ class ConsoleState(NotCopyable):
         if cell.worker_exited or (cell.error is not None and cell.error.kind in ("limit", "worker_exited")):
             self._worker_died_at = time.monotonic()  # the server is bringing up a fresh worker (see _submit)
         if cell.worker_exited or (cell.error is not None and cell.error.kind == "worker_exited"):
-            self._fresh_worker_ahead()  # (a limit the worker survived, e.g. TMPDIR full, needs no new one)
-        elif self._boot_pending and self._cell is not None and not (cell.running or cell.waiting_for_input):
-            self._fresh_worker_ran()  # a cell of the user's ended on the fresh worker: it has booted
+            self._boot.ahead()  # (a limit the worker survived, e.g. TMPDIR full, needs no new one)
+        elif self._boot.pending and self._cell is not None and not (cell.running or cell.waiting_for_input):
+            self._boot.ran()  # a cell of the user's ended on the fresh worker: it has booted
         if cell.running or cell.waiting_for_input:
             if self._cell is not None and len(self._cell[2]) < 10_000:
                 self._cell[2].append(cell)
@@ -501,19 +507,6 @@ class ConsoleState(NotCopyable):
     def limit_check(self, check: Callable[[CellFailure | None], tuple[str, str] | None] | None) -> None:
         self._observer.limit_check = check
 
-    def _fresh_worker_ahead(self) -> None:
-        """A fresh worker boots at the next call (``ConsoleStart`` links its bootstrap's bytecode); it
-        makes a fresh outcome log, so a log tampered with before is trusted again."""
-        self._boot_pending = True
-        self._observer.fresh()
-
-    async def _before_call(self) -> None:
-        """What a call waits for first (``ConsoleStart``: the links, while a fresh worker is ahead)."""
-
-    def _fresh_worker_ran(self) -> None:
-        """The fresh worker has booted and ran a cell (``ConsoleStart`` removes the links again)."""
-        self._boot_pending = False
-
     def _limit_check(self, error: CellFailure | None = None) -> tuple[str, str] | None:
         """The confinement layer's answer for a cell that just ended: did a session limit stop it
         (kernel counters; where only an rlimit holds a limit, the tree's size and the failure's errno)?"""
@@ -540,8 +533,8 @@ class ConsoleState(NotCopyable):
         is still under way would be refused as Busy (see ``_submit``)."""
         conn = self._require("restart")
         self._worker_died_at = time.monotonic()
-        self._fresh_worker_ahead()
-        await self._before_call()
+        self._boot.ahead()
+        await self._boot.before_call()
         async with self._files_kept():
             with contextlib.suppress(ServerError):
                 await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})
