@@ -17,10 +17,8 @@ import anyio
 
 from console_bridge._connection._handles import ToolHandle
 from console_bridge._console import _values
-from console_bridge._console._files import check_glob, glob_match
 from console_bridge._console._model_schema import consistent_text, model_schema, without_nulls
 from console_bridge._console._observe import for_model, merge, split_chunk
-from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._session_start import ConsoleStart
 from console_bridge._console._session_state import SERVER, ConsoleStatus
 from console_bridge._console._whole_output import complete
@@ -285,22 +283,13 @@ class AsyncConsole(ConsoleStart):
         name under ``os.environ["TMPDIR"]``); a worker that dies takes its files with it.
         """
         self._require("put_file")
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise NotAllowed("put_file data must be bytes")
-        payload = bytes(data)
-        try:
-            return await anyio.to_thread.run_sync(lambda: self._tmp_files().put(name, payload))
-        except OSError as exc:
-            raise NotAllowed(f"put_file({name!r}) failed: {exc.strerror or exc}; pick a new name") from None
+        return await self._files.put(name, data)
 
     async def get_file(self, name: str, *, max_bytes: int = 100_000_000) -> bytes:
         """The bytes of ``name`` in the session's private TMPDIR (written by a cell), never through a
         symlink; larger than ``max_bytes`` raises :class:`NotAllowed`."""
         self._require("get_file")
-        try:
-            return await anyio.to_thread.run_sync(lambda: self._tmp_files().get(name, max_bytes))
-        except OSError as exc:
-            raise NotAllowed(f"get_file({name!r}) failed: {exc.strerror or exc}; check the name") from None
+        return await self._files.get(name, max_bytes)
 
     async def push(self, name: str, value: Any) -> None:
         """Bind ``name`` in the session's Python to a copy of ``value``: a pandas data frame (through
@@ -318,13 +307,7 @@ class AsyncConsole(ConsoleStart):
         only when the pattern names them). Symlinks are neither followed nor listed; the bridge's
         own folder is never listed. Raises :class:`NotAllowed` for a bad pattern."""
         self._require("list_files")
-        check_glob(pattern)
-        try:
-            found = await anyio.to_thread.run_sync(self._tmp_files().list)
-        except OSError as exc:
-            raise NotAllowed(f"list_files({pattern!r}) failed: {exc.strerror or exc}") from None
-        private = outcome_dir_name(self._nonce) + "/"
-        return sorted(name for name, _ in found if not name.startswith(private) and glob_match(pattern, name))
+        return await self._files.find(pattern)
 
     # ------------------------------------------------------- the model's tool
     def tools(self) -> list[ToolHandle]:

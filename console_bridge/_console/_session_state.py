@@ -9,7 +9,7 @@ import dataclasses
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,11 +26,12 @@ from console_bridge._console._confined import SessionConfinement
 from console_bridge._console._launch import check_project_config, find_r, split_args, validate_root
 from console_bridge._console._notebook import CellLog
 from console_bridge._console._observe import CellObserver, merge, reword_restart
+from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._profiles import Profile, load_profile
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy
+from console_bridge._console._session_files import SessionFiles
 from console_bridge._console._status import SERVER, ConsoleStatus
-from console_bridge._console._tmpdir_io import MAX_CARRIED, TmpdirFiles
 from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter
 from console_bridge._console._version import Binary
 from console_bridge._console._worker_boot import WorkerBoot
@@ -187,6 +188,13 @@ class ConsoleState(NotCopyable):
             on_fresh=self._observer.fresh,
         )
         self._log_cells = False
+        #: files in and out of the TMPDIR, and carried to a fresh worker around a restart
+        self._files = SessionFiles(
+            self._confined.open_tmp_root,
+            lambda: self._confined.tmpdir,
+            private=outcome_dir_name(self._nonce),
+            notices=self._notices,
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} workspace={str(self.workspace)!r} profile={self._profile.name!r} {self._state}>"
@@ -326,7 +334,7 @@ class ConsoleState(NotCopyable):
             return await self._send(conn, args, language, errors_as_results=errors_as_results)
         self._boot.ahead()
         await self._boot.before_call()
-        async with self._files_kept():
+        async with self._files.kept():
             return await self._send(conn, args, language, errors_as_results=errors_as_results)
 
     async def _send(
@@ -535,25 +543,6 @@ class ConsoleState(NotCopyable):
         self._worker_died_at = time.monotonic()
         self._boot.ahead()
         await self._boot.before_call()
-        async with self._files_kept():
+        async with self._files.kept():
             with contextlib.suppress(ServerError):
                 await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})
-
-    def _tmp_files(self) -> TmpdirFiles:
-        return TmpdirFiles(self._confined.open_tmp_root, self._confined.tmpdir)
-
-    @contextlib.asynccontextmanager
-    async def _files_kept(self) -> AsyncIterator[None]:
-        """Around a restart: the worker's TMPDIR files go to the fresh worker (see ``TmpdirFiles``)."""
-        files = self._tmp_files()
-        left = await anyio.to_thread.run_sync(files.set_aside)
-        if left:
-            self._notices.append(
-                f"a restart could not carry {left} entries of the TMPDIR to the fresh worker (at most "
-                f"{MAX_CARRIED} are carried; a folder counts as one); they are gone"
-            )
-        try:
-            yield
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(files.bring_back)
