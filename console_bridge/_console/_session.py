@@ -82,7 +82,7 @@ class AsyncConsole(ConsoleStart):
                 raise NotAllowed("stdin must be a string")
             args["stdin"] = stdin
         args["timeout_ms"] = self._window_ms(timeout_ms)
-        return await self._call(args)
+        return await self._calls.call(args)
 
     async def poll(self, timeout_ms: int | None = None) -> CellResult:
         """An empty send: new output of the running cell, or ``[idle]``."""
@@ -129,7 +129,7 @@ class AsyncConsole(ConsoleStart):
             if limit is not None:
                 window = max(0.0, min(window, limit - now))
             args["timeout_ms"] = int(window * 1000)
-            chunk = await self._call(args)
+            chunk = await self._calls.call(args)
             chunks.append(chunk)
             # The cell started: the recording says so (0.0.6), output came, it ended, or (0.0.5, which
             # records no start) the server no longer reports a worker-preparation phase.
@@ -189,13 +189,15 @@ class AsyncConsole(ConsoleStart):
         """Interrupt the running cell; restart the worker if the interrupt does not take."""
         # An interrupt that lands in worker startup comes back as an error result
         # ("worker startup interrupted"): that is still a stopped cell, not a failure.
-        chunks = [await self._call({"control": "interrupt", "timeout_ms": grace_ms}, errors_as_results=True)]
+        chunks = [await self._calls.call({"control": "interrupt", "timeout_ms": grace_ms}, errors_as_results=True)]
         if chunks[-1].running:
-            chunks.append(await self._call({"timeout_ms": grace_ms}, errors_as_results=True))
+            chunks.append(await self._calls.call({"timeout_ms": grace_ms}, errors_as_results=True))
         if chunks[-1].running or (chunks[0].is_error and chunks[0].error is None):
             # Still running, or the interrupt broke worker startup: a fresh worker makes the
             # session usable again (a worker that never started held no state).
-            chunks.append(await self._call({"control": "restart", "timeout_ms": grace_ms}, errors_as_results=True))
+            chunks.append(
+                await self._calls.call({"control": "restart", "timeout_ms": grace_ms}, errors_as_results=True)
+            )
         return chunks
 
     async def _stop_leftover_work(self) -> list[CellResult]:
@@ -205,7 +207,7 @@ class AsyncConsole(ConsoleStart):
         busy = self._confined.cpu_busy()
         if busy is None or not await busy():
             return []
-        restart = await self._call({"control": "restart", "timeout_ms": 5000}, errors_as_results=True)
+        restart = await self._calls.call({"control": "restart", "timeout_ms": 5000}, errors_as_results=True)
         note = (
             "[console-bridge: the timed-out cell left threads or processes running; the worker was restarted "
             "to stop them (its state is lost)]\n"
@@ -231,7 +233,7 @@ class AsyncConsole(ConsoleStart):
                         result = await self._interrupt_cell(1000)
                         interrupted = True
                     else:
-                        result = await self._call({"timeout_ms": 1000})
+                        result = await self._calls.call({"timeout_ms": 1000})
                 except Busy:
                     await anyio.sleep(0.05)
                     continue
@@ -262,16 +264,16 @@ class AsyncConsole(ConsoleStart):
         A worker that never finished starting held no state, and without the restart every
         later call would fail (the model cannot restart by itself).
         """
-        result = await self._call({"control": "interrupt", "timeout_ms": timeout_ms}, errors_as_results=True)
+        result = await self._calls.call({"control": "interrupt", "timeout_ms": timeout_ms}, errors_as_results=True)
         if result.is_error and result.error is None:
             # A server error result (not the cell's KeyboardInterrupt, not a worker exit).
-            await self._restart_worker()
+            await self._calls.restart_worker()
         return result
 
     async def restart(self) -> CellResult:
         """Host-only: stop the worker and start a fresh one (in-memory state lost)."""
         self._host_only("restart()")
-        return await self._call({"control": "restart", "timeout_ms": 5000})
+        return await self._calls.call({"control": "restart", "timeout_ms": 5000})
 
     # ------------------------------------------------------ files in and out
     async def put_file(self, name: str, data: bytes) -> str:
@@ -378,7 +380,7 @@ class AsyncConsole(ConsoleStart):
         try:
             if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
                 return for_model(await self._interrupt_cell(args["timeout_ms"]))
-            return for_model(await self._call(args))
+            return for_model(await self._calls.call(args))
         except Busy:
             # The model drives the cell through send alone: say it in send's terms, not the Python API's.
             raise Busy(

@@ -18,7 +18,8 @@ from console_bridge._console._launch import check_project_config, check_project_
 from console_bridge._console._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
 from console_bridge._console._profiles import translate
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
-from console_bridge._console._session_state import LANGUAGES, SERVER, ConsoleState
+from console_bridge._console._session_state import ConsoleState
+from console_bridge._console._status import LANGUAGES, SERVER
 from console_bridge._console._usage import CellMeter, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
 from console_bridge._console._worker_env import checked_venv
@@ -185,7 +186,7 @@ class ConsoleStart(ConsoleState):
                 raise self._confinement_refusal(exc) from None
             self._confined.attach(self._conn.supervisor_pid or 0, base, server_pid=self._conn.pid)
             groups, supervisor = self._confined.usage_sources()
-            self._meter = CellMeter(group_meter(groups), WorkerMeter(supervisor))
+            self._calls.meter = CellMeter(group_meter(groups), WorkerMeter(supervisor))
             self._tree = TreeMeter(supervisor)
             # The hooks write under the TMPDIR as the session's processes see it (a tmpfs of its own).
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
@@ -195,7 +196,7 @@ class ConsoleStart(ConsoleState):
             await self._probe(base)
             self._boot.unlink()  # the worker booted with the probe
             self._abort_if_closed()
-            self._log_cells = True
+            self._calls.log_cells = True
             self._boot.armed = True
         except Exception:
             with anyio.CancelScope(shield=True):
@@ -320,7 +321,7 @@ class ConsoleStart(ConsoleState):
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._adopt_during_probe)
             try:
-                result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+                result = await self._calls.call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
             except BridgeError as exc:  # (raised here, the task group would wrap it in an ExceptionGroup)
                 refused = exc
             tg.cancel_scope.cancel()  # (an adoption under way finishes first: its thread is not abandoned)
@@ -350,9 +351,9 @@ class ConsoleStart(ConsoleState):
                 await conn.cancel()
             else:
                 await conn.close()
-        if self._meter is not None:
-            self._meter.close()
-        self._cells.close()
+        if self._calls.meter is not None:
+            self._calls.meter.close()
+        self._calls.cells.close()
         self._observer.events.close()
         if self._observer.outcomes is not None:
             self._observer.outcomes.close()

@@ -1,11 +1,11 @@
-"""The state of an :class:`AsyncConsole` (its checked options, status and usage) and the one
-path every ``send`` takes (``_call``). ``AsyncConsole`` is defined in ``_session``.
+"""The state of an :class:`AsyncConsole` (its checked options, status and usage) and the parts
+it holds (the call path every ``send`` takes is ``_call_path.CallPath``). ``AsyncConsole`` is
+defined in ``_session``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import secrets
 import time
@@ -13,53 +13,39 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
 import platformdirs
-import psutil
 
 from console_bridge._confinement._limits import Limits, parse_size
 from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._connection._handles import NotCopyable
-from console_bridge._console._cells import BEING_POLLED, BUSY
+from console_bridge._console._call_path import CallPath
 from console_bridge._console._confined import SessionConfinement
 from console_bridge._console._launch import check_project_config, find_r, split_args, validate_root
-from console_bridge._console._notebook import CellLog
-from console_bridge._console._observe import CellObserver, merge, reword_restart
+from console_bridge._console._observe import CellObserver
 from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._profiles import Profile, load_profile
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._sandbox import SandboxPolicy
 from console_bridge._console._session_files import SessionFiles
-from console_bridge._console._status import SERVER, ConsoleStatus
-from console_bridge._console._usage import CellMeter, SessionUsage, TreeMeter
+from console_bridge._console._status import LANGUAGES, SERVER, ConsoleStatus
+from console_bridge._console._usage import SessionUsage, TreeMeter
 from console_bridge._console._version import Binary
 from console_bridge._console._worker_boot import WorkerBoot
 from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
-from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed, ServerError
+from console_bridge._errors import ConnectionClosed, LaunchRefused, NotAllowed
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner, check_owner
-from console_bridge._results import CellFailure, CellResult
+from console_bridge._results import CellFailure
 
 __all__ = ["LANGUAGES", "SERVER", "ConsoleState", "ConsoleStatus"]  # (ConsoleStatus: _status.py)
 
-LANGUAGES = ("python", "r", "sql")
 _REFUSED_ENV_PREFIXES = ("MCP_CONSOLE_", "LD_", "DYLD_")
 _REFUSED_ENV = ("TMPDIR",)
-#: What mcp-console answers a call in flight when it shuts down (its stdin closed: `console-bridge kill`).
-_STOPPED = "[worker stopped before operation completed]"
-
-
-def _alive(pid: int) -> bool:
-    """The process ``pid`` runs (a zombie does not)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 class ConsoleState(NotCopyable):
-    """What every part of :class:`AsyncConsole` shares: its options, state and status, and the call path."""
+    """What every part of :class:`AsyncConsole` shares: its options, state and status; the parts it holds."""
 
     def __init__(
         self,
@@ -172,28 +158,33 @@ class ConsoleState(NotCopyable):
         self._observer = CellObserver(lambda: self.recording, self._note_recording, events_wait=float(events_wait))
         self._notices = self._observer.notices
         self._observer.limit_check = self._limit_check
-        self._meter: CellMeter | None = None
         self._tree: TreeMeter | None = None
         self._usage_cache: dict[str, tuple[float, Any]] = {}
         #: seconds status().usage keeps a walked figure (the recording's size, the process tree's use)
         self.usage_refresh = 2.0
-        #: the user's cells, logged next to the recording as they end (the notebook export reads it)
-        self._cells = CellLog()
-        self._cell: tuple[str, str, list[CellResult]] | None = None
-        self._worker_died_at: float | None = None  # when a worker last died or was restarted
         #: a worker's boot: a fresh one ahead, its bytecode links (the launcher arms it once started)
         self._boot = WorkerBoot(
             lambda: self._confined.cache_dir,
             wanted="python" in self.languages and dependencies == "deny",
             on_fresh=self._observer.fresh,
         )
-        self._log_cells = False
         #: files in and out of the TMPDIR, and carried to a fresh worker around a restart
         self._files = SessionFiles(
             self._confined.open_tmp_root,
             lambda: self._confined.tmpdir,
             private=outcome_dir_name(self._nonce),
             notices=self._notices,
+        )
+        #: the one path every send takes
+        self._calls = CallPath(
+            self._require,
+            self._observer,
+            boot=self._boot,
+            files=self._files,
+            mark=self._confined.mark,
+            recording=lambda: self.recording,
+            close_reason=lambda: self._close_reason,
+            poll_window=lambda: self.poll_window,
         )
 
     def __repr__(self) -> str:
@@ -324,128 +315,12 @@ class ConsoleState(NotCopyable):
                 raise NotAllowed(f"{lang}= must be a string of code")
         return given
 
-    async def _call(self, args: dict[str, Any], *, errors_as_results: bool = False) -> CellResult:
-        """One ``send``. An error result raises :class:`ServerError`, except a worker exit (a
-        result with ``worker_exited``) and, with ``errors_as_results``, any error result."""
-        conn = self._require("send")
-        language = next((lang for lang in LANGUAGES if lang in args), None)
-        if args.get("control") != "restart":
-            await self._boot.before_call()
-            return await self._send(conn, args, language, errors_as_results=errors_as_results)
-        self._boot.ahead()
-        await self._boot.before_call()
-        async with self._files.kept():
-            return await self._send(conn, args, language, errors_as_results=errors_as_results)
-
-    async def _send(
-        self, conn: AsyncMcpConnection, args: dict[str, Any], language: str | None, *, errors_as_results: bool = False
-    ) -> CellResult:
-        mark = self._observer.mark(language)
-        started = time.monotonic()
-        meter = self._meter
-        running_cell, running_meter = self._cell, meter.state() if meter is not None else None
-        if language is not None:
-            self._confined.mark()
-            if meter is not None:
-                meter.start()
-            if self._log_cells:
-                self._cell = (language, str(args[language]), [])
-        try:
-            result = await self._submit(conn, args, code=language is not None)
-        except ConnectionClosed as exc:
-            if self._close_reason is None:
-                raise
-            raise type(exc)(f"send: this console was {self._close_reason}", server=SERVER, pid=exc.pid) from None
-        except ServerError as exc:
-            if exc.result is None:
-                raise
-            text = exc.result.text
-            if text.lstrip().startswith((BUSY, BEING_POLLED)):
-                # Nothing was submitted: the running cell keeps its log record and its meter.
-                self._cell = running_cell
-                if meter is not None and running_meter is not None:
-                    meter.restore(running_meter)
-                raise Busy(
-                    "a cell is still running in this console; poll() for its output, interrupt() it, or wait "
-                    "(nothing was queued)",
-                    server=SERVER,
-                ) from None
-            self._observer.submitted(language, mark)
-            cell = await self._observer.observe(exc.result, started, is_error=True)
-            if self._observer.last_notice.held and not cell.running:
-                cell = await self._collect_held(conn, cell)
-            restart = self._observer.last_notice.restart_required
-            if cell.worker_exited or restart or errors_as_results:
-                if restart:
-                    await self._restart_worker()
-                    cell = reword_restart(cell)
-                return self._measured(cell)
-            if text.lstrip().startswith(_STOPPED) and await self._server_went_away():
-                raise ConnectionClosed(
-                    "send: the session was closed from outside while the cell ran (`console-bridge kill`, or its "
-                    "supervisor was stopped); its state is gone. Start a new console.",
-                    server=SERVER,
-                    pid=self.pid,
-                ) from None
-            raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
-        self._observer.submitted(language, mark)
-        cell = await self._observer.observe(result, started)
-        if self._observer.last_notice.held and not cell.running:
-            cell = await self._collect_held(conn, cell)
-        return self._measured(cell)
-
-    async def _collect_held(self, conn: AsyncMcpConnection, cell: CellResult) -> CellResult:
-        """The cell ended as the server answered "running" (``CellNotice.held``): the server refuses
-        the next cell as Busy until an empty send collects this one, so that send is made now and
-        whatever it brings is the same cell's."""
-        started = time.monotonic()
-        try:
-            result = await conn.call_tool("send", {"timeout_ms": int(self.poll_window * 1000)})
-        except ServerError as exc:
-            self._notices.append(f"collecting a cell the server still held failed: {str(exc)[:200]}")
-            return cell
-        rest = await self._observer.observe(result, started)
-        return merge([cell, rest], cell.elapsed + rest.elapsed, running=rest.running)
-
-    async def _server_went_away(self, within: float = 2.0) -> bool:
-        """Does the server end within ``within`` seconds (it is shutting down under the call)?"""
-        pid = self.pid
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            conn = self._conn
-            if conn is None or conn.status().state == "closed" or pid is None or not _alive(pid):
-                return True
-            await anyio.sleep(0.05)
-        return False
-
-    def _measured(self, cell: CellResult) -> CellResult:
-        """The observation that ends a cell carries what the cell used; the cell goes to the log."""
-        if cell.worker_exited or (cell.error is not None and cell.error.kind in ("limit", "worker_exited")):
-            self._worker_died_at = time.monotonic()  # the server is bringing up a fresh worker (see _submit)
-        if cell.worker_exited or (cell.error is not None and cell.error.kind == "worker_exited"):
-            self._boot.ahead()  # (a limit the worker survived, e.g. TMPDIR full, needs no new one)
-        elif self._boot.pending and self._cell is not None and not (cell.running or cell.waiting_for_input):
-            self._boot.ran()  # a cell of the user's ended on the fresh worker: it has booted
-        if cell.running or cell.waiting_for_input:
-            if self._cell is not None and len(self._cell[2]) < 10_000:
-                self._cell[2].append(cell)
-            return cell
-        meter = self._meter
-        if meter is not None and meter.active:
-            cell = dataclasses.replace(cell, usage=meter.stop())
-        if self._cell is not None:
-            language, code, chunks = self._cell
-            self._cell = None
-            recording = self.recording
-            whole = merge([*chunks, cell], sum(chunk.elapsed for chunk in [*chunks, cell])) if chunks else cell
-            self._cells.write(recording.path if recording is not None else None, language, code, whole)
-        return cell
-
     def usage(self) -> SessionUsage | None:
         """What the session used so far: from its cgroups where it has them, else its processes."""
-        if self._meter is None or self._tree is None or self._state == "closed":
+        meter = self._calls.meter
+        if meter is None or self._tree is None or self._state == "closed":
             return None
-        group = self._meter.group
+        group = meter.group
         cpu = group.cpu_seconds() if group is not None else None
         memory = group.memory_now() if group is not None else None
         peak = group.session_peak() if group is not None else None
@@ -520,29 +395,3 @@ class ConsoleState(NotCopyable):
         (kernel counters; where only an rlimit holds a limit, the tree's size and the failure's errno)?"""
         hit = self._confined.limit_hit(error)
         return None if hit is None else (hit, self._confined.limit_message(hit))
-
-    async def _submit(self, conn: AsyncMcpConnection, args: dict[str, Any], *, code: bool) -> Any:
-        """``send`` once; a cell refused as Busy within a poll window (+5 s) of a worker's death or
-        restart is submitted again, every 0.1 s: nothing was queued, and the server is still bringing
-        up the fresh worker or holding a poll the dead cell left open until its window ends."""
-        while True:
-            try:
-                return await conn.call_tool("send", args)
-            except ServerError as exc:
-                busy = exc.result is not None and exc.result.text.lstrip().startswith((BUSY, BEING_POLLED))
-                died = self._worker_died_at
-                settling = died is not None and time.monotonic() - died < self.poll_window + 5
-                if not (code and busy and settling):
-                    raise
-            await anyio.sleep(0.1)
-
-    async def _restart_worker(self) -> None:
-        """Start a fresh worker and wait (bounded) until it is up: a cell sent while the restart
-        is still under way would be refused as Busy (see ``_submit``)."""
-        conn = self._require("restart")
-        self._worker_died_at = time.monotonic()
-        self._boot.ahead()
-        await self._boot.before_call()
-        async with self._files.kept():
-            with contextlib.suppress(ServerError):
-                await conn.call_tool("send", {"control": "restart", "timeout_ms": 5000})
