@@ -7,22 +7,17 @@ files in and out, and the model's tool.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
-
-import anyio
 
 from console_bridge._connection._handles import ToolHandle
 from console_bridge._console import _values
 from console_bridge._console._model_schema import consistent_text, model_schema, without_nulls
-from console_bridge._console._observe import for_model, merge, split_chunk
+from console_bridge._console._observe import for_model
 from console_bridge._console._session_start import ConsoleStart
 from console_bridge._console._session_state import SERVER, ConsoleStatus
-from console_bridge._console._whole_output import complete
-from console_bridge._errors import Busy, CellTimeout, ConnectionClosed, DependenciesRefused, NotAllowed
+from console_bridge._errors import Busy, ConnectionClosed, DependenciesRefused, NotAllowed
 from console_bridge._governance._gate import Gate
 from console_bridge._governance._policy import Exposure
 from console_bridge._identity import current_owner
@@ -113,106 +108,7 @@ class AsyncConsole(ConsoleStart):
             raise NotAllowed("run() needs code: python=, r= or sql=")
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
             raise NotAllowed(f"timeout must be a positive number of seconds, not {timeout!r}")
-        started = time.monotonic()
-        startup_deadline = started + self.startup_timeout
-        deadline: float | None = None
-        cell_started = saw_phase = False
-        chunks: list[CellResult] = []
-        args: dict[str, Any] = dict(code)
-        reason = ""
-        while True:
-            now = time.monotonic()
-            window = self.poll_window
-            if on_output is not None or (timeout is not None and not cell_started):
-                window = min(window, self.stream_window)
-            limit = deadline if deadline is not None else (startup_deadline if not cell_started else None)
-            if limit is not None:
-                window = max(0.0, min(window, limit - now))
-            args["timeout_ms"] = int(window * 1000)
-            chunk = await self._calls.call(args)
-            chunks.append(chunk)
-            # The cell started: the recording says so (0.0.6), output came, it ended, or (0.0.5, which
-            # records no start) the server no longer reports a worker-preparation phase.
-            starting = self._observer.last_notice.starting
-            saw_phase = saw_phase or starting
-            # A worker that was prepared runs the bridge's Python startup code before the cell: its
-            # "ready" note (last_started_at) marks the start then, not the end of the phase.
-            no_phase = self.version == "0.0.5" and not starting and not (saw_phase and "python" in self.languages)
-            if not cell_started and (
-                self._observer.last_started_at is not None
-                or chunk.text
-                or chunk.stderr
-                or not chunk.running
-                or no_phase
-            ):
-                cell_started = True
-                begun = time.monotonic()
-                if self._observer.last_started_at is not None:
-                    begun -= max(0.0, time.time() - self._observer.last_started_at)
-                if timeout is not None:
-                    deadline = begun + timeout
-            if on_output is not None and (chunk.text or chunk.stderr or chunk.images or not chunk.running):
-                for piece in split_chunk(chunk):
-                    outcome = on_output(piece)
-                    if isinstance(outcome, Awaitable):
-                        await outcome
-            if not chunk.running:
-                result = self._whole(merge(chunks, time.monotonic() - started))
-                return result.raise_for_error() if check else result
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                reason = f"the cell ran past timeout={timeout:g}s; it was interrupted and the session lives on"
-                break
-            if not cell_started and now >= startup_deadline:
-                reason = (
-                    f"the worker did not start the cell within startup_timeout={self.startup_timeout:g}s (the cell "
-                    "never ran); it was stopped and the session lives on. Raise startup_timeout on a slow machine."
-                )
-                break
-            args = {}
-        chunks.extend(await self._stop_cell())
-        chunks.extend(await self._stop_leftover_work())
-        partial = self._whole(merge(chunks, time.monotonic() - started))
-        raise CellTimeout(
-            f"{reason} (the output so far is on .result)",
-            result=partial,
-            server=SERVER,
-            details={"cell_started": cell_started},
-        )
-
-    def _whole(self, result: CellResult) -> CellResult:
-        """The cell's whole output, up to ``max_output``, when a poll's window omitted part of it."""
-        recording = self.recording
-        return complete(result, recording.path if recording is not None else None, self.max_output)
-
-    async def _stop_cell(self, grace_ms: int = 5000) -> list[CellResult]:
-        """Interrupt the running cell; restart the worker if the interrupt does not take."""
-        # An interrupt that lands in worker startup comes back as an error result
-        # ("worker startup interrupted"): that is still a stopped cell, not a failure.
-        chunks = [await self._calls.call({"control": "interrupt", "timeout_ms": grace_ms}, errors_as_results=True)]
-        if chunks[-1].running:
-            chunks.append(await self._calls.call({"timeout_ms": grace_ms}, errors_as_results=True))
-        if chunks[-1].running or (chunks[0].is_error and chunks[0].error is None):
-            # Still running, or the interrupt broke worker startup: a fresh worker makes the
-            # session usable again (a worker that never started held no state).
-            chunks.append(
-                await self._calls.call({"control": "restart", "timeout_ms": grace_ms}, errors_as_results=True)
-            )
-        return chunks
-
-    async def _stop_leftover_work(self) -> list[CellResult]:
-        """After a timed-out cell was interrupted: if threads or processes it started still burn
-        CPU, restart the worker (the only way to stop a thread); its state is lost, and the
-        result says so."""
-        busy = self._confined.cpu_busy()
-        if busy is None or not await busy():
-            return []
-        restart = await self._calls.call({"control": "restart", "timeout_ms": 5000}, errors_as_results=True)
-        note = (
-            "[console-bridge: the timed-out cell left threads or processes running; the worker was restarted "
-            "to stop them (its state is lost)]\n"
-        )
-        return [dataclasses.replace(restart, text="", stderr=note, segments=(("stderr", note),), content=[])]
+        return await self._loop.run(code, timeout=timeout, on_output=on_output, check=check)
 
     async def settle(
         self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None
@@ -225,25 +121,7 @@ class AsyncConsole(ConsoleStart):
         Returns the last observation, or None when the bound passed first.
         """
         self._host_only("settle()")
-        interrupted = False
-        with anyio.move_on_after(bound):
-            while True:
-                try:
-                    if not interrupted:
-                        result = await self._interrupt_cell(1000)
-                        interrupted = True
-                    else:
-                        result = await self._calls.call({"timeout_ms": 1000})
-                except Busy:
-                    await anyio.sleep(0.05)
-                    continue
-                if on_output is not None:
-                    outcome = on_output(result)
-                    if isinstance(outcome, Awaitable):
-                        await outcome
-                if not result.running:
-                    return result
-        return None
+        return await self._loop.settle(bound, on_output)
 
     def _host_only(self, what: str) -> None:
         active = current_owner()
@@ -256,19 +134,7 @@ class AsyncConsole(ConsoleStart):
     async def interrupt(self) -> CellResult:
         """Host-only: deliver KeyboardInterrupt to the running cell (state kept)."""
         self._host_only("interrupt()")
-        return await self._interrupt_cell()
-
-    async def _interrupt_cell(self, timeout_ms: int = 5000) -> CellResult:
-        """Interrupt; when that breaks a worker still starting (an error result), start a fresh one.
-
-        A worker that never finished starting held no state, and without the restart every
-        later call would fail (the model cannot restart by itself).
-        """
-        result = await self._calls.call({"control": "interrupt", "timeout_ms": timeout_ms}, errors_as_results=True)
-        if result.is_error and result.error is None:
-            # A server error result (not the cell's KeyboardInterrupt, not a worker exit).
-            await self._calls.restart_worker()
-        return result
+        return await self._loop.interrupt()
 
     async def restart(self) -> CellResult:
         """Host-only: stop the worker and start a fresh one (in-memory state lost)."""
@@ -379,7 +245,7 @@ class AsyncConsole(ConsoleStart):
         await gate.approve(pinned, args, gate.next_call_id())
         try:
             if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
-                return for_model(await self._interrupt_cell(args["timeout_ms"]))
+                return for_model(await self._loop.interrupt(args["timeout_ms"]))
             return for_model(await self._calls.call(args))
         except Busy:
             # The model drives the cell through send alone: say it in send's terms, not the Python API's.

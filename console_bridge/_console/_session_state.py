@@ -20,6 +20,7 @@ from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._connection._handles import NotCopyable
 from console_bridge._console._call_path import CallPath
+from console_bridge._console._cell_loop import CellLoop, Timing
 from console_bridge._console._confined import SessionConfinement
 from console_bridge._console._launch import check_project_config, find_r, split_args, validate_root
 from console_bridge._console._observe import CellObserver
@@ -185,6 +186,16 @@ class ConsoleState(NotCopyable):
             recording=lambda: self.recording,
             close_reason=lambda: self._close_reason,
             poll_window=lambda: self.poll_window,
+        )
+        #: a cell from submission to its outcome
+        self._loop = CellLoop(
+            self._calls,
+            self._observer,
+            lambda: Timing(self.poll_window, self.stream_window, self.startup_timeout, self.max_output),
+            python="python" in self.languages,
+            version=lambda: self.version,
+            recording=lambda: self.recording,
+            cpu_busy=self._confined.cpu_busy,
         )
 
     def __repr__(self) -> str:
