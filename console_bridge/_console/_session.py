@@ -7,30 +7,18 @@ files in and out, and the model's tool.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from console_bridge._connection._handles import ToolHandle
 from console_bridge._console import _values
-from console_bridge._console._model_schema import consistent_text, model_schema, without_nulls
-from console_bridge._console._observe import for_model
 from console_bridge._console._session_start import ConsoleStart
-from console_bridge._console._session_state import SERVER, ConsoleStatus
-from console_bridge._errors import Busy, ConnectionClosed, DependenciesRefused, NotAllowed
-from console_bridge._governance._gate import Gate
-from console_bridge._governance._policy import Exposure
+from console_bridge._console._session_state import ConsoleStatus
+from console_bridge._errors import NotAllowed
 from console_bridge._identity import current_owner
 from console_bridge._results import CellResult
 
 __all__ = ["AsyncConsole", "ConsoleStatus"]
-
-_BRIDGE_NOTE = (
-    "\n\nconsole-bridge: `timeout_ms` is capped at {cap} ms per call; a field sent as null is a field "
-    "not given. A response that ends with `[running; poll with an empty send]` means the cell is still "
-    "running: call `send` again with no code (`{{}}`) to keep watching it, or with "
-    '`control: "interrupt"` to stop it. `control: "restart"` is reserved for the host.{deps}'
-)
 
 
 class AsyncConsole(ConsoleStart):
@@ -182,75 +170,4 @@ class AsyncConsole(ConsoleStart):
         """The model-facing ``send`` tool, governed: no restart, clamped windows, no installs under
         ``deny``, approval through ``policy.approve`` when set, audited."""
         self._require("tools()")
-        cap = int(self.poll_window * 1000)
-        installs = self.dependencies != "deny"
-        schema = model_schema(self._send_schema, cap, installs=installs)  # one definition, serve's too
-        deps = "" if installs else " Package installs (`requirements`) are disabled."
-        note = _BRIDGE_NOTE.format(cap=cap, deps=deps)
-        description = consistent_text(self._description, cap, installs=installs) + note
-        approval = self.policy.approve is not None
-        self._model_gate.govern(
-            {"name": "send", "description": description, "inputSchema": schema, "annotations": {}},
-            Exposure(exposed=True, needs_approval=approval, reasons=("runs code",)),
-        )
-        return [
-            ToolHandle(
-                name="send",
-                tool="send",
-                server=SERVER,
-                description=description,
-                input_schema=schema,
-                annotations={},
-                requires_approval=approval,
-                owner=self.owner,
-                invoke=self._model_send,
-            )
-        ]
-
-    @functools.cached_property
-    def _model_gate(self) -> Gate:
-        """The governance gate of the model's ``send``: its refusals, approval and their audit records
-        are a connection's (host calls go through the session's connection, which asks no approval)."""
-        return Gate(
-            self.policy,
-            SERVER,
-            owner=lambda: self.owner,
-            tools=("send",),
-            resources=(),
-            prompts=(),
-            note_error=lambda text: None,  # the status's last_error is the session connection's
-            closed_error=lambda what: ConnectionClosed(f"{what}: the model's send was never handed out", server=SERVER),
-        )
-
-    async def _model_send(self, arguments: dict[str, Any]) -> CellResult:
-        arguments = without_nulls(arguments)  # every field is nullable: null means not given
-        gate = self._model_gate
-        pinned = gate.authorize("send")
-        if arguments.get("control") == "restart":
-            gate.refuse("tool 'send'", "restart is host-only", tool="send")
-            raise NotAllowed('control: "restart" is reserved for the host; send control: "interrupt" to stop a cell')
-        if "requirements" in arguments and self.dependencies == "deny":
-            gate.refuse("tool 'send'", "requirements under dependencies='deny'", tool="send")
-            raise DependenciesRefused(
-                "package installs (`requirements`) are disabled for this console; use the packages already installed",
-                server=SERVER,
-            )
-        props = set((self._send_schema.get("properties") or {}).keys())
-        unknown = sorted(set(arguments) - props)
-        if unknown:
-            raise NotAllowed(f"send does not take {', '.join(unknown)}; allowed fields: {', '.join(sorted(props))}")
-        args = dict(arguments)
-        args["timeout_ms"] = self._window_ms(args.get("timeout_ms"))
-        # The gate hands the approver a deep copy: what it approves is what runs.
-        await gate.approve(pinned, args, gate.next_call_id())
-        try:
-            if args.get("control") == "interrupt" and not any(k in args for k in ("python", "r", "sql", "stdin")):
-                return for_model(await self._loop.interrupt(args["timeout_ms"]))
-            return for_model(await self._calls.call(args))
-        except Busy:
-            # The model drives the cell through send alone: say it in send's terms, not the Python API's.
-            raise Busy(
-                "a cell is still running; call send({}) to keep watching it, or send with "
-                'control: "interrupt" to stop it (nothing was queued)',
-                server=SERVER,
-            ) from None
+        return self._model.handles()

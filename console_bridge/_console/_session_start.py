@@ -306,8 +306,8 @@ class ConsoleStart(ConsoleState):
                 details={"advertised": advertised.as_dict(), "expected": expected.as_dict()},
             )
         self._advertised = advertised
-        self._send_schema = dict(schema)
-        self._description = description
+        self._model.schema = dict(schema)
+        self._model.description = description
 
     async def _probe(self, base: Path) -> None:
         """Prove the deny rules: a probe cell must fail to read every canary and denied place."""

@@ -23,6 +23,7 @@ from console_bridge._console._call_path import CallPath
 from console_bridge._console._cell_loop import CellLoop, Timing
 from console_bridge._console._confined import SessionConfinement
 from console_bridge._console._launch import check_project_config, find_r, split_args, validate_root
+from console_bridge._console._model_tool import ModelTool
 from console_bridge._console._observe import CellObserver
 from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._profiles import Profile, load_profile
@@ -145,8 +146,6 @@ class ConsoleState(NotCopyable):
         self._tmpdir: Path | None = None
         self._expected: SandboxPolicy | None = None
         self._advertised: SandboxPolicy | None = None
-        self._send_schema: dict[str, Any] = {}
-        self._description = ""
         self._recording: Recording | None = None
         self._state = "new"
         self._probe_checked = 0
@@ -196,6 +195,16 @@ class ConsoleState(NotCopyable):
             version=lambda: self.version,
             recording=lambda: self.recording,
             cpu_busy=self._confined.cpu_busy,
+        )
+        #: the model-facing send, governed by its own gate
+        self._model = ModelTool(
+            self.policy,
+            owner=lambda: self.owner,
+            installs=dependencies != "deny",
+            poll_window=lambda: self.poll_window,
+            window_ms=self._window_ms,
+            call=self._calls.call,
+            interrupt=self._loop.interrupt,
         )
 
     def __repr__(self) -> str:
