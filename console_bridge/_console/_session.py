@@ -38,7 +38,7 @@ from console_bridge._console._profiles import Profile, load_profile
 from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._session_files import SessionFiles
 from console_bridge._console._status import LANGUAGES, ConsoleStatus
-from console_bridge._console._usage import SessionUsage
+from console_bridge._console._usage import SessionUsage, UsageReader
 from console_bridge._console._worker_boot import WorkerBoot
 from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
 from console_bridge._errors import ConnectionClosed, LaunchRefused, NotAllowed
@@ -166,9 +166,14 @@ class AsyncConsole(NotCopyable):
         self._observer = CellObserver(lambda: self.recording, self._note_recording, events_wait=float(events_wait))
         self._notices = self._observer.notices
         self._observer.limit_check = self._limit_check
-        self._usage_cache: dict[str, tuple[float, Any]] = {}
         #: seconds status().usage keeps a walked figure (the recording's size, the process tree's use)
         self.usage_refresh = 2.0
+        self._usage = UsageReader(
+            refresh=lambda: self.usage_refresh,
+            tmpdir_bytes=self._confined.tmpdir_bytes,
+            writes_bytes=self._confined.writes_bytes,
+            recording=lambda: self.recording,
+        )
         #: a worker's boot: a fresh one ahead, its bytecode links (the launcher arms it once started)
         self._boot = WorkerBoot(
             lambda: self._confined.cache_dir,
@@ -358,41 +363,9 @@ class AsyncConsole(NotCopyable):
 
     def usage(self) -> SessionUsage | None:
         """What the session used so far: from its cgroups where it has them, else its processes."""
-        meter = self._calls.meter
-        if meter is None or self._launcher.tree is None or self._launcher.state == "closed":
+        if self._launcher.state == "closed":
             return None
-        group = meter.group
-        cpu = group.cpu_seconds() if group is not None else None
-        memory = group.memory_now() if group is not None else None
-        peak = group.session_peak() if group is not None else None
-        processes = group.processes() if group is not None else None
-        if cpu is None or memory is None or processes is None:
-            tree_cpu, tree_memory, tree_peak, tree_processes = self._cached("tree", self._launcher.tree.read)
-            cpu = cpu if cpu is not None else tree_cpu
-            if memory is None:
-                memory, peak = tree_memory, tree_peak
-            processes = processes if processes is not None else tree_processes
-        recording = self.recording
-        return SessionUsage(
-            cpu_seconds=cpu,
-            memory=memory,
-            memory_peak=peak,
-            processes=processes,
-            tmpdir_bytes=self._confined.tmpdir_bytes(),
-            writes_bytes=self._confined.writes_bytes(),
-            recording_bytes=self._cached("recording", lambda: recording.size_bytes) if recording is not None else None,
-        )
-
-    def _cached(self, key: str, read: Callable[[], Any]) -> Any:
-        """What ``read`` returned, re-read at most every ``usage_refresh`` seconds (a walk of the
-        recording or the process tree; status() is called often, the counter files are read each time)."""
-        now = time.monotonic()
-        hit = self._usage_cache.get(key)
-        if hit is not None and now - hit[0] < self.usage_refresh:
-            return hit[1]
-        value = read()
-        self._usage_cache[key] = (now, value)
-        return value
+        return self._usage.read(self._calls.meter, self._launcher.tree)
 
     def _note_recording(self, recording: Recording) -> None:
         """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
