@@ -175,7 +175,7 @@ def child(kind: str, binary: str, scratch: str) -> int:
             pandas = result.text
             mpl = (await console.run(python=MPL_CELL)).text
             out["probe_ms"] = console.status().extra.get("probe", {}).get("ms")
-            out["bytecode_linked"] = getattr(console, "_bytecode_linked", None)
+            out["bytecode_linked"] = getattr(getattr(console, "_boot", None), "linked", None)
             if counter == 1:
                 server = psutil.Process(console.pid)
                 out["serve_args"] = server.cmdline()[1:]

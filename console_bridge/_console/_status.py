@@ -10,9 +10,11 @@ from console_bridge._connection._async import ConnectionStatus
 from console_bridge._console._usage import SessionUsage
 from console_bridge._identity import Owner
 
-__all__ = ["SERVER", "ConsoleStatus"]
+__all__ = ["LANGUAGES", "SERVER", "ConsoleStatus"]
 
 SERVER = "mcp-console"
+#: The languages a console may offer (``languages=`` takes a selection).
+LANGUAGES = ("python", "r", "sql")
 
 
 @dataclass(frozen=True, slots=True)

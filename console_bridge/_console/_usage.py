@@ -18,14 +18,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from console_bridge._console._recordings import Recording
 from console_bridge._results import CellUsage
 
-__all__ = ["CellMeter", "GroupMeter", "SessionUsage", "TreeMeter", "WorkerMeter", "group_meter"]
+__all__ = ["CellMeter", "GroupMeter", "SessionUsage", "TreeMeter", "UsageReader", "WorkerMeter", "group_meter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,3 +390,63 @@ def _tree_bytes(root: Path, max_entries: int = 10_000) -> int | None:
     except OSError:
         return None
     return total
+
+
+class UsageReader:
+    """A part of :class:`AsyncConsole`: ``status().usage``. From the session's cgroups where it has
+    them, else its processes; the walks (the process tree, the recording's size) are re-read at
+    most every ``refresh()`` seconds: status() is called often, the counter files are read each time.
+
+    ``tmpdir_bytes`` and ``writes_bytes`` are the confinement's books; ``recording`` gives the
+    session's recording once there is one.
+    """
+
+    def __init__(
+        self,
+        *,
+        refresh: Callable[[], float],
+        tmpdir_bytes: Callable[[], int | None],
+        writes_bytes: Callable[[], int | None],
+        recording: Callable[[], Recording | None],
+    ) -> None:
+        self._refresh = refresh
+        self._tmpdir_bytes = tmpdir_bytes
+        self._writes_bytes = writes_bytes
+        self._recording = recording
+        self._cache: dict[str, tuple[float, Any]] = {}
+
+    def read(self, meter: CellMeter | None, tree: TreeMeter | None) -> SessionUsage | None:
+        """What the session used so far; None before it runs (no ``meter``, no ``tree``)."""
+        if meter is None or tree is None:
+            return None
+        group = meter.group
+        cpu = group.cpu_seconds() if group is not None else None
+        memory = group.memory_now() if group is not None else None
+        peak = group.session_peak() if group is not None else None
+        processes = group.processes() if group is not None else None
+        if cpu is None or memory is None or processes is None:
+            tree_cpu, tree_memory, tree_peak, tree_processes = self._cached("tree", tree.read)
+            cpu = cpu if cpu is not None else tree_cpu
+            if memory is None:
+                memory, peak = tree_memory, tree_peak
+            processes = processes if processes is not None else tree_processes
+        recording = self._recording()
+        return SessionUsage(
+            cpu_seconds=cpu,
+            memory=memory,
+            memory_peak=peak,
+            processes=processes,
+            tmpdir_bytes=self._tmpdir_bytes(),
+            writes_bytes=self._writes_bytes(),
+            recording_bytes=self._cached("recording", lambda: recording.size_bytes) if recording is not None else None,
+        )
+
+    def _cached(self, key: str, read: Callable[[], Any]) -> Any:
+        """What ``read`` returned, re-read at most every ``refresh()`` seconds."""
+        now = time.monotonic()
+        hit = self._cache.get(key)
+        if hit is not None and now - hit[0] < self._refresh():
+            return hit[1]
+        value = read()
+        self._cache[key] = (now, value)
+        return value

@@ -36,7 +36,7 @@ async def phase_cold_start(bench: Bench) -> None:
         if isinstance(session, BridgeSession):
             # The probe as it ran in start() also booted the worker (which the first cell would
             # otherwise do); its own cost is a second run on the booted worker.
-            await session.client._probe(session.client.recordings_base)
+            await session.client._launcher.probe(session.client.recordings_base)
             probe = session.client.status().extra.get("probe", {}).get("ms")
             if probe is not None:
                 probe_ms.append(probe)

@@ -176,19 +176,19 @@ BWRAP = (
 def test_bubblewraps_own_refusal_is_one_line_naming_the_containers_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     # A profile that allows unshare but not clone with namespace flags: the supervisor builds the
     # view, then mcp-console's bubblewrap fails in the probe cell (measured: scripts/ci-container.sh).
-    from console_bridge._console import _session_start
+    from console_bridge._console import _launcher
     from console_bridge._errors import ServerError
 
     host = host_kind(container=Container("docker", ("/.dockerenv",)))
-    monkeypatch.setattr(_session_start, "detect_host", lambda: host)
-    refusal = _session_start.sandbox_refusal(ServerError(BWRAP))
+    monkeypatch.setattr(_launcher, "detect_host", lambda: host)
+    refusal = _launcher.sandbox_refusal(ServerError(BWRAP))
     assert isinstance(refusal, LaunchRefused) and "\n" not in str(refusal)
     assert str(refusal).startswith("mcp-console's sandbox could not start the probe cell: bwrap: No permissions")
     profile = seccomp_profile_path()
     fix = f"In this Docker container: start the container with `docker run --security-opt seccomp={profile}`"
     assert fix in str(refusal)
     other = ServerError("mcp-console refused the call: something else")
-    assert _session_start.sandbox_refusal(other) is other
+    assert _launcher.sandbox_refusal(other) is other
 
 
 def test_an_unknown_runtime_is_named_as_a_container() -> None:

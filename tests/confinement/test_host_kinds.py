@@ -268,11 +268,11 @@ def test_a_confinement_that_cannot_be_set_up_is_a_refusal(tmp_path: Path) -> Non
             "console-bridge supervisor: building the session's view failed: pivot_root: Operation not permitted"
         ),
     )
-    refusal = console._confinement_refusal(crash)
+    refusal = console._launcher.confinement_refusal(crash)
     assert isinstance(refusal, LaunchRefused)
     assert "pivot_root" in str(refusal) and "doctor" in str(refusal) and "Nothing ran" in str(refusal)
     other = ConnectionClosed("initialize: server 'mcp-console' crashed", stderr_tail="segfault")
-    assert console._confinement_refusal(other) is other
+    assert console._launcher.confinement_refusal(other) is other
 
 
 def test_a_mask_never_covers_the_sessions_own_folders(host_tree: Path) -> None:

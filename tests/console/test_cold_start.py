@@ -33,10 +33,10 @@ async def test_the_bootstrap_reads_linked_bytecode_and_duckdb_waits_for_sql(
 ):
     _, binary = mcp_console
     async with AsyncConsole(workspace, command=binary, recordings_dir=recordings) as console:
-        facts = console._venv_facts
+        facts = console._boot.facts
         assert facts is not None
         # the host linked what it could find compiled (counted again here, into a folder of the test's)
-        assert console._bytecode_linked == plant_bytecode(tmp_path / "again", facts.search_path, facts.cache_tag)
+        assert console._boot.linked == plant_bytecode(tmp_path / "again", facts.search_path, facts.cache_tag)
         prefix = bytecode_prefix(console._confined.cache_dir / "mcp-console")
         cache = console._confined.cache_dir / "mcp-console"
         boot = await console.run(python=f"import os; os.environ['CB_CACHE'] = {str(cache)!r}\n" + _BOOT)
@@ -64,7 +64,7 @@ async def test_no_links_where_mcp_console_prepares_packages(mcp_console, workspa
     bridge plants nothing there (and removes nothing)."""
     _, binary = mcp_console
     async with AsyncConsole(workspace, command=binary, recordings_dir=recordings, dependencies="allow") as console:
-        assert console._bytecode_linked == 0 and console._bytecode_prefix is None
+        assert console._boot.linked == 0 and console._boot.prefix is None
         result = await console.run(python="print(6 * 7)")
         assert result.error is None and result.text.strip() == "42"
 
@@ -80,20 +80,20 @@ async def test_a_fresh_worker_reads_linked_bytecode_again(mcp_console, workspace
     _, binary = mcp_console
     async with AsyncConsole(workspace, command=binary, recordings_dir=recordings) as console:
         prefix = bytecode_prefix(console._confined.cache_dir / "mcp-console")
-        assert console._bytecode_linked > 0
+        assert console._boot.linked > 0
         await console.run(python="1")
-        await console._planted()
+        await console._boot.wait()
         assert not prefix.exists()  # removed once the first worker booted
         await console.restart()
         cached, there = json.loads((await console.run(python=_SEEN)).text)
         assert cached.startswith(str(prefix) + "/") and there, (cached, there)
-        await console._planted()
+        await console._boot.wait()
         assert not prefix.exists()
         died = await console.run(python="import os; os._exit(3)")
         assert died.worker_exited or (died.error is not None and died.error.kind == "worker_exited"), died
         cached, there = json.loads((await console.run(python=_SEEN)).text)
         assert cached.startswith(str(prefix) + "/") and there, (cached, there)
-        await console._planted()
+        await console._boot.wait()
         assert not prefix.exists()
         kept = await console.run(python="print(6 * 7)")  # and the session goes on as usual
         assert kept.error is None and kept.text.strip() == "42"

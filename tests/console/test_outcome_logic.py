@@ -218,10 +218,10 @@ async def test_without_the_recording_status_falls_back_to_the_text_once(
     import time
 
     from console_bridge import AsyncConsole
-    from console_bridge._console import _session_state
+    from console_bridge._console import _session
     from tests.console.conftest import binary_for
 
-    monkeypatch.setattr(_session_state, "find_recording", lambda base, pid: None)
+    monkeypatch.setattr(_session, "find_recording", lambda base, pid: None)
     ws = tmp_path / "ws"
     ws.mkdir()
     async with AsyncConsole(ws, command=binary_for("0.0.6"), recordings_dir=tmp_path / "r", events_wait=3) as c:

@@ -53,7 +53,7 @@ async def test_without_a_cgroup_the_worker_accounts_for_the_cell(workspace, reco
     async with AsyncConsole(workspace, recordings_dir=recordings) as console:
         await console.run(python="x = 1")
         _, supervisor = console._confined.usage_sources()
-        console._meter = CellMeter(None, WorkerMeter(supervisor))  # as on a host without session cgroups
+        console._calls.meter = CellMeter(None, WorkerMeter(supervisor))  # as on a host without session cgroups
         result = await console.run(python=burn(200, 0.5))
         usage, own = result.usage, float(result.text)
         assert usage is not None and usage.cpu_seconds is not None and usage.memory_peak is not None, usage

@@ -1,31 +1,37 @@
-"""Starting an :class:`AsyncConsole`: the launch arguments, the worker's checks, the governed
-connection, the verification of the server and its sandbox, the confinement probe; and
-teardown (``close``, ``cancel``). ``AsyncConsole`` is defined in ``_session``.
+"""A part of :class:`AsyncConsole`: the launcher. The binary and its version, the launch
+arguments, the worker's checks, the governed connection, the verification of the server and its
+sandbox, the confinement probe; and teardown (``close``, ``cancel``). It owns the session's
+lifecycle state; the facade asks it before every call.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
-import threading
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import psutil
 
 from console_bridge._confinement._host import detect_host
 from console_bridge._connection._async import AsyncMcpConnection
-from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
+from console_bridge._console._call_path import CallPath
+from console_bridge._console._confined import SessionConfinement
 from console_bridge._console._launch import check_project_config, check_project_overrides, worker_python
+from console_bridge._console._model_tool import ModelTool
+from console_bridge._console._observe import CellObserver
 from console_bridge._console._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
-from console_bridge._console._profiles import translate
+from console_bridge._console._profiles import Profile, translate
 from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
-from console_bridge._console._session_state import LANGUAGES, SERVER, ConsoleState
+from console_bridge._console._status import LANGUAGES, SERVER
 from console_bridge._console._usage import CellMeter, TreeMeter, WorkerMeter, group_meter
 from console_bridge._console._version import Binary, check_binary, resolve_command
-from console_bridge._console._worker_env import VenvFacts, checked_venv
+from console_bridge._console._worker_boot import WorkerBoot
+from console_bridge._console._worker_env import checked_venv
 from console_bridge._errors import (
     BridgeError,
     CallTimeout,
@@ -37,39 +43,140 @@ from console_bridge._errors import (
     VerificationFailed,
 )
 from console_bridge._governance._policy import Policy
-from console_bridge._identity import check_owner
+from console_bridge._identity import Owner, check_owner
 from console_bridge._transport._stdio import base_environment
 
-__all__ = ["ConsoleStart", "sandbox_refusal"]
+__all__ = ["LaunchInputs", "LaunchOptions", "Launcher", "sandbox_refusal"]
 
 
-class ConsoleStart(ConsoleState):
-    """Starting and stopping an :class:`AsyncConsole` (a layer of the class)."""
+class LaunchOptions(Protocol):
+    """What the launcher reads of the console's checked options (``AsyncConsole`` has them as
+    attributes; they are read at start, as they are then)."""
 
-    _venv_facts: VenvFacts | None = None  # the worker's Python as inspected on the host (_check_worker_env)
-    _bytecode_linked = 0  # compiled files linked for the worker's bootstrap (_start_planting)
-    _planting: threading.Thread | None = None
-    _bytecode_prefix: Path | None = None  # the links' folder while they are there
+    @property
+    def workspace(self) -> Path: ...
+    @property
+    def languages(self) -> tuple[str, ...]: ...
+    @property
+    def dependencies(self) -> str: ...
+    @property
+    def project_config(self) -> bool: ...
+    @property
+    def owner(self) -> Owner: ...
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def recordings_base(self) -> Path: ...
+    @property
+    def poll_window(self) -> float: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def startup_timeout(self) -> float: ...
+    @property
+    def version_timeout(self) -> float: ...
+    @property
+    def shutdown_grace(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchInputs:
+    """What only the launch uses, checked by the console: the profile, the writable and read
+    roots, the allowlisted extra ``serve`` arguments, the environment, the binary and the worker's
+    Python as given, and the session's nonce (the outcome hooks' folder)."""
+
+    profile: Profile
+    roots: Sequence[Path]
+    read_roots: Sequence[Path]
+    extra_args: Sequence[str]
+    env: Mapping[str, str]
+    command: str | os.PathLike[str] | None
+    python: str | os.PathLike[str] | None
+    nonce: str
+
+
+class Launcher:
+    """Starting and stopping one session; what it learnt on the way (the binary, the connection,
+    the verified sandbox, the probe's figures) and the session's lifecycle ``state``.
+
+    It reads the console's options (``options``, read at start) and the launch inputs; it hands
+    the other parts what start learnt: the worker's facts to ``boot``, the meter to ``calls``, the
+    outcome log to ``observer``, the verified ``send`` to ``model``. ``require(what)`` is the
+    console's check before a call; ``locate_recording`` finds the recording before a stop.
+    """
+
+    def __init__(
+        self,
+        options: LaunchOptions,
+        inputs: LaunchInputs,
+        *,
+        confined: SessionConfinement,
+        observer: CellObserver,
+        boot: WorkerBoot,
+        calls: CallPath,
+        model: ModelTool,
+        require: Callable[[str], AsyncMcpConnection],
+        locate_recording: Callable[[], None],
+    ) -> None:
+        self._options = options
+        self._inputs = inputs
+        self._confined = confined
+        self._observer = observer
+        self._boot = boot
+        self._calls = calls
+        self._model = model
+        self._require = require
+        self._locate_recording = locate_recording
+        #: new, connecting, ready or closed (a closed console never reopens)
+        self.state = "new"
+        self.conn: AsyncMcpConnection | None = None
+        self.binary: Binary | None = None
+        self.tmpdir: Path | None = None
+        #: the sandbox the profile requires, and the one the server advertised (verified equal)
+        self.expected: SandboxPolicy | None = None
+        self.advertised: SandboxPolicy | None = None
+        self.probe_checked = 0
+        self.probe_ms: float | None = None
+        #: the session's process tree, measured where no cgroup counts it
+        self.tree: TreeMeter | None = None
+        #: why SQL is withheld (the worker's Python cannot import duckdb), if it is
+        self.sql_withheld: str | None = None
+
+    @property
+    def server_languages(self) -> tuple[str, ...]:
+        """The languages the server offers: ``languages`` minus SQL when it is withheld."""
+        languages = self._options.languages
+        if self.sql_withheld is not None:
+            return tuple(lang for lang in languages if lang != "sql")
+        return languages
+
+    def _profile_writable(self) -> list[Path]:
+        """The profile's ``sandbox.filesystem.read_write`` entries, as host paths."""
+        out = []
+        for item in self._inputs.profile.read_write:
+            path = Path(item).expanduser()
+            out.append(path if path.is_absolute() else self._options.workspace / path)
+        return out
 
     def _serve_args(self, binary: Binary, python: Path) -> tuple[list[str], SandboxPolicy]:
         c_args, expected = translate(
-            self._profile, binary.version, self.workspace, self._roots, deny=self._confined.deny
+            self._inputs.profile, binary.version, self._options.workspace, self._inputs.roots, deny=self._confined.deny
         )
-        argv = ["serve", "--no-global-config" if self.project_config else "--no-config"]
-        argv += ["-c", f"python={python}", *c_args, *self._extra_args]
+        argv = ["serve", "--no-global-config" if self._options.project_config else "--no-config"]
+        argv += ["-c", f"python={python}", *c_args, *self._inputs.extra_args]
         langs = ", ".join(self.server_languages)
         argv += ["-c", f"languages=[{langs}]"]
-        if "r" in self.languages:
+        if "r" in self._options.languages:
             argv += ["-c", "r.resolution=disabled", "-c", "r.packages=[]"]
-        if "python" in self.languages:
+        if "python" in self._options.languages:
             # One startup entry does both: the outcome hooks (see _outcome) and, for SQL, a
             # DuckDB connection that Python owns (with R installed SQL would go to R's DuckDB).
             sql = "sql" in self.server_languages
-            code = python_startup_code(self._nonce, sql=sql, offline=expected.network == "restricted")
+            code = python_startup_code(self._inputs.nonce, sql=sql, offline=expected.network == "restricted")
             argv += ["-c", "startup.language=python", "-c", f"startup.code={yaml_string(code)}"]
-        if self.dependencies == "deny":
+        if self._options.dependencies == "deny":
             argv += ["-c", "tool.parameters.requirements.enabled=false"]
-        for root in self._roots:
+        for root in self._inputs.roots:
             argv += ["--writable-root", str(root)]
         return argv, expected
 
@@ -77,97 +184,29 @@ class ConsoleStart(ConsoleState):
         """The worker's Python must have its embedding library (refused otherwise: mcp-console would
         fail later with a less helpful message); SQL needs duckdb there, else SQL is withheld with
         one notice."""
-        if "python" not in self.languages:
+        if "python" not in self._options.languages:
             return
-        needed = ("duckdb",) if "sql" in self.languages else ()
-        facts = checked_venv(python, needed, timeout=self.version_timeout)
+        needed = ("duckdb",) if "sql" in self._options.languages else ()
+        facts = checked_venv(python, needed, timeout=self._options.version_timeout)
         if facts is None:
             return
-        self._venv_facts = facts
+        self._boot.facts = facts  # what the worker's bootstrap links come from
         if facts.embedding_missing:
             raise LaunchRefused(f"the worker's Python ({python}) cannot run Python cells: {facts.embedding_fix()}")
         if "duckdb" in facts.missing:
-            self._sql_withheld = (
+            self.sql_withheld = (
                 f"SQL is withheld: the worker's Python ({python}) cannot import duckdb. Install it there "
                 "(`pip install 'duckdb>=1.0'`) or pass python= (CLI: --python) pointing at "
                 "an environment that has it; Python cells are unaffected."
             )
-            self._notices.append(self._sql_withheld)
-
-    def _start_planting(self) -> None:
-        """Link the compiled files of the modules the worker imports before the startup code to
-        where the worker's ``PYTHONPYCACHEPREFIX`` points (see ``_bytecode``), in a thread of its
-        own: about 100 links cost 10-80 ms of file-system work, which the view's build and the
-        server's launch hide. The worker starts with the probe, after ``_planted``."""
-        facts = self._venv_facts
-        if facts is None or not facts.search_path or "python" not in self.languages:
-            return
-        if self.dependencies != "deny":
-            return  # mcp-console's package preparation manages that cache then: the bridge stays out of it
-        cache = self._confined.cache_dir
-        prefix = bytecode_prefix(cache / "mcp-console")
-
-        def plant() -> None:
-            try:
-                cache.mkdir(mode=0o700, exist_ok=True)  # as supervision() makes it
-                self._bytecode_linked = plant_bytecode(prefix, facts.search_path, facts.cache_tag)
-            except OSError:
-                self._bytecode_linked = 0  # the worker compiles those modules from source, as before
-
-        self._bytecode_prefix = prefix
-        self._in_turn(plant)
-
-    def _start_unplanting(self) -> None:
-        """Once the worker has booted (the probe ran), the links have served: remove them in a thread
-        while the first cells run. Left for the end, removing their 25-40 folders and links made a
-        loaded host's ``close()`` 100-400 ms slower. A fresh worker later (a restart, or the next
-        cell after a worker died) gets them again (``_fresh_worker_ahead``)."""
-        prefix, self._bytecode_prefix = self._bytecode_prefix, None
-        if prefix is None:
-            return
-        self._in_turn(lambda: shutil.rmtree(prefix, ignore_errors=True))
-
-    def _in_turn(self, work: Callable[[], None]) -> None:
-        """Run ``work`` in a thread once the links' previous work is done (making and removing them
-        never overlap); ``_planted`` waits for it."""
-        before = self._planting
-
-        def run() -> None:
-            if before is not None:
-                before.join()
-            work()
-
-        self._planting = threading.Thread(target=run, name="console-bridge-bytecode", daemon=True)
-        self._planting.start()
-
-    def _fresh_worker_ahead(self) -> None:
-        """A fresh worker boots at the next call: its bootstrap reads the environment's compiled files
-        through the links again (restart to the first result took 0.31-0.33 s without them, 0.14-0.17 s
-        with them, here). They are made in a thread now and waited for before the next call."""
-        super()._fresh_worker_ahead()
-        if self._bytecode_prefix is None and self._log_cells:
-            self._start_planting()
-
-    async def _before_call(self) -> None:
-        if self._boot_pending:
-            await self._planted()
-
-    def _fresh_worker_ran(self) -> None:
-        super()._fresh_worker_ran()
-        self._start_unplanting()
-
-    async def _planted(self) -> None:
-        """Wait for the links' thread (before the probe, and before the session's folder is removed)."""
-        thread, self._planting = self._planting, None
-        if thread is not None:
-            await anyio.to_thread.run_sync(thread.join)
+            self._observer.notices.append(self.sql_withheld)
 
     def _outcome_env(self) -> dict[str, str]:
         """The R hook: an R_PROFILE_USER file (it sources the user's own), outside the denied
         session folders so the sandboxed worker can read it; removed when the session ends."""
-        if "r" not in self.languages:
+        if "r" not in self._options.languages:
             return {}
-        text = r_profile_text(self._nonce, self._env.get("R_PROFILE_USER"))
+        text = r_profile_text(self._inputs.nonce, self._inputs.env.get("R_PROFILE_USER"))
         return {"R_PROFILE_USER": str(self._confined.write_r_profile(text))}
 
     async def start(self) -> None:
@@ -177,102 +216,107 @@ class ConsoleStart(ConsoleState):
         :class:`SandboxMismatch`, :class:`DependenciesRefused`, :class:`VerificationFailed`
         (started, verified, stopped before any call), :class:`CallTimeout`.
         """
-        check_owner(self.owner, "console")
-        if self._state != "new":
-            if self._state == "closed":
+        check_owner(self._options.owner, "console")
+        if self.state != "new":
+            if self.state == "closed":
                 raise ConnectionClosed("this console is closed; create a new AsyncConsole")
             return
-        self._state = "connecting"
+        self.state = "connecting"
         try:
             binary = await anyio.to_thread.run_sync(
-                lambda: check_binary(resolve_command(self._command), timeout=self.version_timeout)
+                lambda: check_binary(resolve_command(self._inputs.command), timeout=self._options.version_timeout)
             )
-            self._binary = binary
-            if check_project_config(self.workspace, self.project_config) is not None:
+            self.binary = binary
+            if check_project_config(self._options.workspace, self._options.project_config) is not None:
                 await anyio.to_thread.run_sync(
-                    lambda: check_project_overrides(binary.path, self.workspace, timeout=self.version_timeout)
+                    lambda: check_project_overrides(
+                        binary.path, self._options.workspace, timeout=self._options.version_timeout
+                    )
                 )
-            python = await anyio.to_thread.run_sync(lambda: worker_python(self._python))
+            python = await anyio.to_thread.run_sync(lambda: worker_python(self._inputs.python))
             await anyio.to_thread.run_sync(lambda: self._check_worker_env(python))
             self._abort_if_closed()
-            base = self.recordings_base
+            base = self._options.recordings_base
             base.mkdir(parents=True, exist_ok=True)
             await anyio.to_thread.run_sync(
                 lambda: self._confined.prepare(
-                    owner=str(self.owner),
-                    profile=self._profile.name,
+                    owner=str(self._options.owner),
+                    profile=self._inputs.profile.name,
                     recording_base=base,
-                    writable=self._profile.base == "workspace" or bool(self._roots) or bool(self._profile_writable()),
+                    writable=self._inputs.profile.base == "workspace"
+                    or bool(self._inputs.roots)
+                    or bool(self._profile_writable()),
                 )
             )
-            self._start_planting()  # overlaps the view's build and the server's launch; joined before the probe
+            self._boot.link()  # overlaps the view's build and the server's launch; waited for before the probe
             supervision = await anyio.to_thread.run_sync(
                 lambda: self._confined.supervision(
                     recording_base=base,
                     python=python,
                     binary=binary.path,
-                    languages=self.languages,
-                    workspace_writable=self._profile.base == "workspace",
-                    writable_roots=[*self._roots, *self._profile_writable()],
-                    read_roots=self._read_roots,
-                    search_path=self._env.get("PATH") or base_environment().get("PATH"),
+                    languages=self._options.languages,
+                    workspace_writable=self._inputs.profile.base == "workspace",
+                    writable_roots=[*self._inputs.roots, *self._profile_writable()],
+                    read_roots=list(self._inputs.read_roots),
+                    search_path=self._inputs.env.get("PATH") or base_environment().get("PATH"),
                 )
             )
-            argv, self._expected = self._serve_args(binary, python)
-            self._tmpdir = self._confined.tmpdir
+            argv, self.expected = self._serve_args(binary, python)
+            self.tmpdir = self._confined.tmpdir
             env = (
                 base_environment()
-                | self._env
+                | dict(self._inputs.env)
                 | self._outcome_env()
                 | {
-                    "TMPDIR": str(self._tmpdir),
+                    "TMPDIR": str(self.tmpdir),
                     "MCP_CONSOLE_HOME": str(base),
-                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),  # see _start_planting
+                    "MCP_CONSOLE_CACHE_DIR": str(self._confined.cache_dir / "mcp-console"),  # see WorkerBoot.link
                     "XDG_CACHE_HOME": str(self._confined.cache_dir),
                 }
                 | self._confined.path_env()
             )
             config = {
                 "mcpServers": {
-                    SERVER: {"command": str(binary.path), "args": argv, "env": env, "cwd": str(self.workspace)}
+                    SERVER: {"command": str(binary.path), "args": argv, "env": env, "cwd": str(self._options.workspace)}
                 }
             }
-            self._conn = AsyncMcpConnection(
+            self.conn = AsyncMcpConnection(
                 config,
                 SERVER,
-                owner=self.owner,
+                owner=self._options.owner,
                 tools=["send"],
                 policy=Policy(
                     mode="read_write",
                     approve_writes=False,
-                    pin_schemas=self.policy.pin_schemas,
+                    pin_schemas=self._options.policy.pin_schemas,
                     sanitize_descriptions=False,
-                    audit=self.policy.audit_log,
-                    max_bytes=self.policy.max_bytes,
+                    audit=self._options.policy.audit_log,
+                    max_bytes=self._options.policy.max_bytes,
                 ),
-                timeout=self.poll_window + self.timeout,
-                startup_timeout=self.startup_timeout,
-                shutdown_grace=self.shutdown_grace,
+                timeout=self._options.poll_window + self._options.timeout,
+                startup_timeout=self._options.startup_timeout,
+                shutdown_grace=self._options.shutdown_grace,
                 supervision=supervision,
                 protocol="legacy",  # mcp-console speaks the 2025 handshake: no 2026-07-28 probe per start
             )
             try:
-                await self._conn.connect()
+                await self.conn.connect()
             except ConnectionClosed as exc:
-                raise self._confinement_refusal(exc) from None
-            self._confined.attach(self._conn.supervisor_pid or 0, base, server_pid=self._conn.pid)
+                raise self.confinement_refusal(exc) from None
+            self._confined.attach(self.conn.supervisor_pid or 0, base, server_pid=self.conn.pid)
             groups, supervisor = self._confined.usage_sources()
-            self._meter = CellMeter(group_meter(groups), WorkerMeter(supervisor))
-            self._tree = TreeMeter(supervisor)
+            self._calls.meter = CellMeter(group_meter(groups), WorkerMeter(supervisor))
+            self.tree = TreeMeter(supervisor)
             # The hooks write under the TMPDIR as the session's processes see it (a tmpfs of its own).
-            self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._nonce)
-            await self._verify(self._conn, binary)
+            self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._inputs.nonce)
+            await self._verify(self.conn, binary)
             self._abort_if_closed()
-            await self._planted()
-            await self._probe(base)
-            self._start_unplanting()
+            await self._boot.wait()
+            await self.probe(base)
+            self._boot.unlink()  # the worker booted with the probe
             self._abort_if_closed()
-            self._log_cells = True
+            self._calls.log_cells = True
+            self._boot.armed = True
         except Exception:
             with anyio.CancelScope(shield=True):
                 await self._teardown(cancel=True)  # a failed check: the server is not trusted
@@ -284,9 +328,9 @@ class ConsoleStart(ConsoleState):
                 self._locate_recording()
                 await self._teardown(cancel=False)
             raise
-        self._state = "ready"
+        self.state = "ready"
 
-    def _confinement_refusal(self, exc: ConnectionClosed) -> BridgeError:
+    def confinement_refusal(self, exc: ConnectionClosed) -> BridgeError:
         """A server that died before it answered because its confinement could not be set up
         (the view, the namespaces, the systemd scope) is a refusal, not a crash."""
         tail = exc.stderr_tail or ""
@@ -305,7 +349,7 @@ class ConsoleStart(ConsoleState):
 
     def _abort_if_closed(self) -> None:
         """``close()``/``cancel()`` ran while ``start()`` awaited: launch nothing more."""
-        if self._state == "closed":
+        if self.state == "closed":
             raise ConnectionClosed("close() or cancel() ran while the console was starting; it was not started")
 
     async def _verify(self, conn: AsyncMcpConnection, binary: Binary) -> None:
@@ -346,14 +390,14 @@ class ConsoleStart(ConsoleState):
                 server=SERVER,
                 pid=conn.pid,
             )
-        if self.dependencies == "deny" and "requirements" in props:
+        if self._options.dependencies == "deny" and "requirements" in props:
             raise DependenciesRefused(
                 "dependencies='deny' but the send tool still offers `requirements` (package installs); "
                 "it was stopped before any call",
                 server=SERVER,
                 pid=conn.pid,
             )
-        if self.dependencies == "allow" and "requirements" not in props:
+        if self._options.dependencies == "allow" and "requirements" not in props:
             raise VerificationFailed(
                 "dependencies='allow' but the send tool does not offer `requirements`; stopped before any call",
                 server=SERVER,
@@ -369,26 +413,26 @@ class ConsoleStart(ConsoleState):
                 server=SERVER,
                 pid=conn.pid,
             ) from None
-        expected = self._expected
+        expected = self.expected
         assert expected is not None
         if advertised != expected:
             raise SandboxMismatch(
-                f"the server advertises [{advertised.describe()}] but profile {self._profile.name!r} requires "
+                f"the server advertises [{advertised.describe()}] but profile {self._inputs.profile.name!r} requires "
                 f"[{expected.describe()}]; it was stopped before any call. Check the project config and "
                 "writable_roots (mcp-console refuses workspace writes when the workspace is the home folder).",
                 server=SERVER,
                 pid=conn.pid,
                 details={"advertised": advertised.as_dict(), "expected": expected.as_dict()},
             )
-        self._advertised = advertised
-        self._send_schema = dict(schema)
-        self._description = description
+        self.advertised = advertised
+        self._model.schema = dict(schema)
+        self._model.description = description
 
-    async def _probe(self, base: Path) -> None:
+    async def probe(self, base: Path) -> None:
         """Prove the deny rules: a probe cell must fail to read every canary and denied place."""
-        language = next(lang for lang in ("python", "sql", "r") if lang in self.languages)
-        writable = self._expected.writable if self._expected is not None else frozenset()
-        workspace_writable = str(self.workspace) in writable or "workspace" in writable
+        language = next(lang for lang in ("python", "sql", "r") if lang in self._options.languages)
+        writable = self.expected.writable if self.expected is not None else frozenset()
+        workspace_writable = str(self._options.workspace) in writable or "workspace" in writable
         code = await anyio.to_thread.run_sync(lambda: self._confined.probe_cell(base, workspace_writable, language))
         conn = self._require("probe")
         began = time.perf_counter()
@@ -396,21 +440,23 @@ class ConsoleStart(ConsoleState):
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._adopt_during_probe)
             try:
-                result = await self._call({language: code, "timeout_ms": int(self.startup_timeout * 1000)})
+                result = await self._calls.call(
+                    {language: code, "timeout_ms": int(self._options.startup_timeout * 1000)}
+                )
             except BridgeError as exc:  # (raised here, the task group would wrap it in an ExceptionGroup)
                 refused = exc
             tg.cancel_scope.cancel()  # (an adoption under way finishes first: its thread is not abandoned)
         if refused is not None:
             raise sandbox_refusal(refused) from None
-        self._probe_ms = (time.perf_counter() - began) * 1000
+        self.probe_ms = (time.perf_counter() - began) * 1000
         if result.running:
             raise CallTimeout(
-                f"the confinement probe did not finish within startup_timeout={self.startup_timeout:g}s; the "
+                f"the confinement probe did not finish within startup_timeout={self._options.startup_timeout:g}s; the "
                 "server was stopped before any user cell. Raise startup_timeout on a slow host.",
                 server=SERVER,
                 pid=conn.pid,
             )
-        self._probe_checked = self._confined.check_probe(result.text, server=SERVER, pid=conn.pid)
+        self.probe_checked = self._confined.check_probe(result.text, server=SERVER, pid=conn.pid)
 
     async def _adopt_during_probe(self) -> None:
         """Look for the worker every 10 ms while the probe boots it; the first cell adopts it
@@ -420,21 +466,21 @@ class ConsoleStart(ConsoleState):
                 await anyio.sleep(0.01)
 
     async def _teardown(self, *, cancel: bool) -> None:
-        conn = self._conn
+        conn = self.conn
         if conn is not None:
             if cancel:
                 await conn.cancel()
             else:
                 await conn.close()
-        if self._meter is not None:
-            self._meter.close()
-        self._cells.close()
+        if self._calls.meter is not None:
+            self._calls.meter.close()
+        self._calls.cells.close()
         self._observer.events.close()
         if self._observer.outcomes is not None:
             self._observer.outcomes.close()
-        await self._planted()  # (it works in the session's folder, which release removes)
+        await self._boot.wait()  # (the links' thread works in the session's folder, which release removes)
         await anyio.to_thread.run_sync(self._confined.release)
-        self._state = "closed"
+        self.state = "closed"
 
     async def close(self) -> None:
         """Close cleanly: the server's stdin is closed so the recording is finalized, then the
