@@ -18,8 +18,9 @@ import anyio
 from console_bridge._connection._handles import ToolHandle
 from console_bridge._console import _values
 from console_bridge._console._files import check_glob, glob_match
+from console_bridge._console._live_output import LiveOutput
 from console_bridge._console._model_schema import consistent_text, model_schema, without_nulls
-from console_bridge._console._observe import for_model, merge, split_chunk
+from console_bridge._console._observe import for_model, merge
 from console_bridge._console._outcome import outcome_dir_name
 from console_bridge._console._session_start import ConsoleStart
 from console_bridge._console._session_state import SERVER, ConsoleStatus
@@ -122,6 +123,7 @@ class AsyncConsole(ConsoleStart):
         chunks: list[CellResult] = []
         args: dict[str, Any] = dict(code)
         reason = ""
+        live = LiveOutput(self._observer, self.max_output) if on_output is not None else None
         while True:
             now = time.monotonic()
             window = self.poll_window
@@ -153,13 +155,13 @@ class AsyncConsole(ConsoleStart):
                     begun -= max(0.0, time.time() - self._observer.last_started_at)
                 if timeout is not None:
                     deadline = begun + timeout
-            if on_output is not None and (chunk.text or chunk.stderr or chunk.images or not chunk.running):
-                for piece in split_chunk(chunk):
+            if on_output is not None and live is not None:  # the whole output, past a poll's window
+                for piece in live.pieces(chunk, self.recording.path if self.recording is not None else None):
                     outcome = on_output(piece)
                     if isinstance(outcome, Awaitable):
                         await outcome
             if not chunk.running:
-                result = self._whole(merge(chunks, time.monotonic() - started))
+                result = self._whole(merge(chunks, time.monotonic() - started), live)
                 return result.raise_for_error() if check else result
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -174,7 +176,7 @@ class AsyncConsole(ConsoleStart):
             args = {}
         chunks.extend(await self._stop_cell())
         chunks.extend(await self._stop_leftover_work())
-        partial = self._whole(merge(chunks, time.monotonic() - started))
+        partial = self._whole(merge(chunks, time.monotonic() - started), live)
         raise CellTimeout(
             f"{reason} (the output so far is on .result)",
             result=partial,
@@ -182,10 +184,12 @@ class AsyncConsole(ConsoleStart):
             details={"cell_started": cell_started},
         )
 
-    def _whole(self, result: CellResult) -> CellResult:
-        """The cell's whole output, up to ``max_output``, when a poll's window omitted part of it."""
+    def _whole(self, result: CellResult, live: LiveOutput | None = None) -> CellResult:
+        """The cell's whole output, up to ``max_output``, when a poll's window omitted part of it (what
+        ``live`` streamed, when it streamed from the raw log)."""
         recording = self.recording
-        return complete(result, recording.path if recording is not None else None, self.max_output)
+        shown = live.shown if live is not None else None
+        return complete(result, recording.path if recording is not None else None, self.max_output, shown=shown)
 
     async def _stop_cell(self, grace_ms: int = 5000) -> list[CellResult]:
         """Interrupt the running cell; restart the worker if the interrupt does not take."""
