@@ -22,6 +22,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,7 @@ _READ = 1 << 20
 _SEARCH = 4 << 20
 _PROBE = 256
 _BRIDGE_NOTE = "[console-bridge:"
+_NUMBER = re.compile(r"\d+")
 
 
 class Frames:
@@ -140,8 +142,10 @@ class LiveOutput:
     def _switch(self, chunk: CellResult, earlier: int, recording: Path | None) -> None:
         """Find the raw log a poll named, where in it the earlier polls ended and the stream there."""
         path = raw_log(chunk.text + chunk.stderr, recording)
-        opened = open_regular(path) if path is not None else None
-        if path is None or opened is None:
+        if path is None or not _newest(path):  # a notice the cell printed (naming its own or an earlier log)
+            return
+        opened = open_regular(path)
+        if opened is None:
             self._failed = True
             return
         fd, info = opened
@@ -230,6 +234,18 @@ def _stopped_notice(limit: int, where: str) -> str:
         f"\n[console-bridge: the output passed max_output={limit} bytes; the rest is not streamed (the result "
         f"keeps the head and the tail); the whole output is in the recording: {where}]\n"
     )
+
+
+def _newest(path: Path) -> bool:
+    """Is ``path`` the newest raw log of its folder (the running cell's: both versions number them
+    in order)?"""
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return False
+    numbers = [int(match.group()) for name in names if (match := _NUMBER.search(name)) and name.endswith(path.suffix)]
+    own = _NUMBER.search(path.name)
+    return own is not None and numbers != [] and int(own.group()) == max(numbers)
 
 
 def _find(fd: int, size: int, earlier: int, head: bytes) -> int:

@@ -279,3 +279,17 @@ def test_frames_read_a_piece_at_a_time() -> None:
     assert frames.feed("d" + DISPLAY_SEP + "txt") == []
     assert frames.feed("2" + DISPLAY_END + "z") == [("display", "txt2", "id"), ("stdout", "z", None)]
     assert frames.feed(DISPLAY_START + "x" + DISPLAY_SEP + "open", final=True) == [("display", "open", "x")]
+
+
+def test_a_notice_the_cell_printed_naming_an_earlier_log_is_not_followed(tmp_path: Path) -> None:
+    rec, path = _planted(tmp_path)
+    earlier = path.with_name("cell-001.txt")
+    earlier.write_text("EARLIER CELL\n")
+    path.write_text("mine\n")
+    observer = _Observer(output_bytes=0, last_framed="")
+    live = LiveOutput(observer, None)  # type: ignore[arg-type]
+    printed = "[output omitted: 5 UTF-8 bytes; raw log: " + str(earlier) + "]\n"
+    observer.output_bytes, observer.last_framed = len(printed), printed
+    chunk = CellResult(text=printed, truncated=True, running=False)
+    pieces = list(live.pieces(chunk, rec))
+    assert live.path is None and [piece.text for piece in pieces] == [printed]
