@@ -15,7 +15,8 @@ from typing import Any
 import anyio
 
 from console_bridge._console._call_path import CallPath
-from console_bridge._console._observe import CellObserver, merge, split_chunk
+from console_bridge._console._live_output import LiveOutput
+from console_bridge._console._observe import CellObserver, merge
 from console_bridge._console._recordings import Recording
 from console_bridge._console._status import SERVER
 from console_bridge._console._whole_output import complete
@@ -81,6 +82,7 @@ class CellLoop:
         chunks: list[CellResult] = []
         args: dict[str, Any] = dict(code)
         reason = ""
+        live = LiveOutput(self._observer, timing.max_output) if on_output is not None else None
         while True:
             now = time.monotonic()
             window = timing.poll_window
@@ -112,13 +114,14 @@ class CellLoop:
                     begun -= max(0.0, time.time() - self._observer.last_started_at)
                 if timeout is not None:
                     deadline = begun + timeout
-            if on_output is not None and (chunk.text or chunk.stderr or chunk.images or not chunk.running):
-                for piece in split_chunk(chunk):
+            if on_output is not None and live is not None:  # the whole output, past a poll's window
+                recording = self._recording()
+                for piece in live.pieces(chunk, recording.path if recording is not None else None):
                     outcome = on_output(piece)
                     if isinstance(outcome, Awaitable):
                         await outcome
             if not chunk.running:
-                result = self._whole(merge(chunks, time.monotonic() - started))
+                result = self._whole(merge(chunks, time.monotonic() - started), live)
                 return result.raise_for_error() if check else result
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -134,7 +137,7 @@ class CellLoop:
             args = {}
         chunks.extend(await self._stop_cell())
         chunks.extend(await self._stop_leftover_work())
-        partial = self._whole(merge(chunks, time.monotonic() - started))
+        partial = self._whole(merge(chunks, time.monotonic() - started), live)
         raise CellTimeout(
             f"{reason} (the output so far is on .result)",
             result=partial,
@@ -142,10 +145,13 @@ class CellLoop:
             details={"cell_started": cell_started},
         )
 
-    def _whole(self, result: CellResult) -> CellResult:
-        """The cell's whole output, up to ``max_output``, when a poll's window omitted part of it."""
+    def _whole(self, result: CellResult, live: LiveOutput | None = None) -> CellResult:
+        """The cell's whole output, up to ``max_output``, when a poll's window omitted part of it (what
+        ``live`` streamed, when it streamed from the raw log)."""
         recording = self._recording()
-        return complete(result, recording.path if recording is not None else None, self._timing().max_output)
+        shown = live.shown if live is not None else None
+        path = recording.path if recording is not None else None
+        return complete(result, path, self._timing().max_output, shown=shown)
 
     async def _stop_cell(self, grace_ms: int = 5000) -> list[CellResult]:
         """Interrupt the running cell; restart the worker if the interrupt does not take."""

@@ -132,6 +132,17 @@ def merge(chunks: list[CellResult], elapsed: float, *, running: bool = False) ->
     )
 
 
+def _bundle(ident: str, plain: str, pending: dict[str, Output]) -> Output:
+    """A rich result's bundle: its text alone when its id says so, else its record (taken from
+    ``pending``), else its text/plain alone."""
+    only_text = _PLAIN.get(ident.rpartition("-")[2])
+    if only_text is not None:  # a bundle of its text alone, shown in the frame (no record)
+        kind, added_newline = only_text
+        return Output(kind, {"text/plain": plain[:-1] if added_newline and plain.endswith("\n") else plain})
+    output = pending.pop(ident, None)
+    return output if output is not None else Output("display", {"text/plain": plain})
+
+
 def _plot_output(image: Image) -> Output:
     """A plot the worker captured, as a display of its image."""
     data: dict[str, str | bytes] = {"text/plain": repr(image)}
@@ -259,6 +270,11 @@ class CellObserver:
         self._events_missing = False
         self._outputs_offset = 0
         self._pending_outputs: dict[str, Output] = {}
+        #: UTF-8 bytes of cell output (the worker's frames included, the server's notices not) in every
+        #: response so far: where a cell's output stands in its raw log while no poll omitted any.
+        self.output_bytes = 0
+        #: The last response's output, the worker's frames kept (the server's trailing notices removed).
+        self.last_framed = ""
         #: What a cell did to the outcome log, once it happened: every cell fails until restart() (fresh()).
         self.tampered: str | None = None
 
@@ -291,6 +307,9 @@ class CellObserver:
         plain, segments, display_ids = split_streams(result.text)
         outputs = self._outputs_for(display_ids, segments)
         notice = split_response(plain, ended=ended, is_error=is_error or result.is_error)
+        framed = split_response(result.text, ended=ended, is_error=is_error or result.is_error).output
+        self.output_bytes += len(framed.encode("utf-8", "surrogatepass"))
+        self.last_framed = framed
         self.last_notice = notice
         error: CellFailure | None = None
         unknown_done = ended is None and not (notice.running or notice.waiting_for_input)
@@ -345,22 +364,31 @@ class CellObserver:
         if any(ident not in self._pending_outputs for ident in wanted) and self.outcomes is not None:
             self._outputs_offset, found = self.outcomes.read_outputs(self._outputs_offset)
             self._pending_outputs.update(found)
-        outputs: list[Output] = []
-        for index, ident in enumerate(ids):
-            plain = texts[index] if index < len(texts) else ""
-            only_text = _PLAIN.get(ident.rpartition("-")[2])
-            if only_text is not None:  # a bundle of its text alone, shown in the frame (no record)
-                kind, added_newline = only_text
-                text = plain[:-1] if added_newline and plain.endswith("\n") else plain
-                output: Output | None = Output(kind, {"text/plain": text})
-            else:
-                output = self._pending_outputs.pop(ident, None)
-            if output is None:
-                output = Output("display", {"text/plain": plain})
-            outputs.append(output)
+        outputs = [
+            _bundle(ident, texts[index] if index < len(texts) else "", self._pending_outputs)
+            for index, ident in enumerate(ids)
+        ]
         if len(self._pending_outputs) > 1000:  # shown in a response that was cut: never asked for
             self._pending_outputs.clear()
         return outputs
+
+    def display_reader(self) -> Callable[[str, str], Output]:
+        """The bundle of a rich result by its id and text/plain, read apart from the polls' reader
+        (the live output reads the frames a poll's window omitted from the raw log): from where the
+        polls' reader stands now, so a cell about to run is read whole."""
+        state: dict[str, int] = {"offset": self._outputs_offset}
+        pending: dict[str, Output] = {}
+
+        def bundle(ident: str, plain: str) -> Output:
+            if ident not in pending and _PLAIN.get(ident.rpartition("-")[2]) is None and self.outcomes is not None:
+                state["offset"], found = self.outcomes.read_outputs(state["offset"])
+                pending.update(found)
+            output = _bundle(ident, plain, pending)
+            if len(pending) > 1000:
+                pending.clear()
+            return output
+
+        return bundle
 
     async def _call_events(self, text: str) -> CallEvents | None:
         """The recording's account of the call that returned ``text`` (None: not recorded in time)."""

@@ -479,7 +479,8 @@ class AsyncConsole(NotCopyable):
         (restarted if the interrupt does not take) and :class:`CellTimeout` is raised with
         the output so far; the session stays usable. ``on_output`` receives each piece of
         the cell's output as it arrives (polled in ``stream_window`` slices, whatever
-        ``poll_window`` is); chunks never hold server notices. ``check=True`` raises
+        ``poll_window`` is), all of it, past the server's per-poll window, up to ``max_output``
+        bytes (then it stops, saying so once); chunks never hold server notices. ``check=True`` raises
         :class:`CellError` when the cell failed (see :meth:`CellResult.raise_for_error`).
         """
         code = self._code_args(python, r, sql)

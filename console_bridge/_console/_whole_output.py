@@ -33,11 +33,11 @@ from console_bridge._console._cells import (
 from console_bridge._hostfs import open_regular
 from console_bridge._results import CellResult
 
-__all__ = ["DEFAULT_MAX_OUTPUT", "complete", "omitted_notice"]
+__all__ = ["DEFAULT_MAX_OUTPUT", "OMITTED", "complete", "omitted_notice", "raw_log", "stream_at"]
 
 #: Per cell, unless the session says otherwise (``max_output``).
 DEFAULT_MAX_OUTPUT = 10 * 1024 * 1024
-_OMITTED = re.compile(r"\[output omitted: (\d+) UTF-8 bytes; raw log: ([^\]\n]+)\]")
+OMITTED = re.compile(r"\[output omitted: (\d+) UTF-8 bytes; raw log: ([^\]\n]+)\]")
 #: A cell's raw output in the recording: 0.0.6, then 0.0.5.
 _RAW_NAME = re.compile(r"capture/sessions/\d+/cell-\d+\.txt|outputs/call-\d+\.log")
 _BRIDGE_NOTE = "[console-bridge:"
@@ -52,14 +52,14 @@ def omitted_notice(dropped: int, limit: int, where: str) -> str:
     )
 
 
-def _raw_log(text: str, recording: Path | None) -> Path | None:
+def raw_log(text: str, recording: Path | None) -> Path | None:
     """The raw log a poll's omission notice names: a cell's raw output file inside the session's own
     recording (the last such notice; a cell that prints a notice of its own names at most another of
     its session's outputs)."""
     if recording is None:
         return None
     root = os.path.realpath(recording)
-    for match in reversed(list(_OMITTED.finditer(text))):
+    for match in reversed(list(OMITTED.finditer(text))):
         path = match.group(2)
         relative = path[len(str(recording)) + 1 :] if path.startswith(f"{recording}/") else ""
         if _RAW_NAME.fullmatch(relative) and os.path.realpath(os.path.dirname(path)).startswith(root + os.sep):
@@ -97,52 +97,92 @@ def _state(fd: int, start: int, end: int) -> str:
     return state
 
 
-def _read(path: Path, limit: int | None) -> tuple[Segments, int] | None:
-    """The log's segments and the bytes dropped past ``limit``; None when it cannot be read safely."""
+def stream_at(fd: int, offset: int) -> str:
+    """The stream in force at ``offset`` of a raw log: the last marker before it says (``"stdout"``,
+    ``"stderr"`` or ``"display"``), read back a block at a time."""
+    end = offset
+    while end > 0:
+        start = max(0, end - _READ)
+        text = os.pread(fd, end - start, start).decode("utf-8", errors="replace")
+        for char in reversed(text):
+            if char == STDERR_START:
+                return "stderr"
+            if char in (STDERR_END, DISPLAY_END):
+                return "stdout"
+            if char == DISPLAY_SEP:
+                return "display"
+        end = start + 2 if start > 0 else 0  # a marker (3 bytes) cut where the block starts: read again
+    return "stdout"
+
+
+def _lead(state: str) -> str:
+    """The marker that opens ``state`` for a part of the log read on its own."""
+    return {"stderr": STDERR_START, "display": DISPLAY_START + "-" + DISPLAY_SEP}.get(state, "")
+
+
+def _read(path: Path, limit: int | None, start: int = 0) -> tuple[Segments, int] | None:
+    """The log's segments from ``start`` (where the stream in force there goes on) and the bytes
+    dropped past ``limit`` (less what came before ``start``, at least half of it); None when it cannot
+    be read safely."""
     opened = open_regular(path)
     if opened is None:
         return None
     fd, info = opened
     try:
         size = info.st_size
-        if limit is None or size <= limit:
-            data = os.pread(fd, size, 0) if size else b""
-            return split_streams(data.decode("utf-8", errors="replace"))[1], 0
-        half = limit // 2
-        head = os.pread(fd, half + 3, 0)
+        start = min(start, size)
+        first = _lead(stream_at(fd, start)) if start else ""
+        room = None if limit is None else max(limit - start, limit // 2)
+        if room is None or size - start <= room:
+            data = os.pread(fd, size - start, start) if size > start else b""
+            return split_streams(first + data.decode("utf-8", errors="replace"))[1], 0
+        half = room // 2
+        head = os.pread(fd, half + 3, start)
         head_end = _boundary(head, half)
         tail_start = size - half
         tail = os.pread(fd, half + 3, tail_start - 3)
         cut = _boundary(tail, 3)
         tail_start = tail_start - 3 + cut
-        state = _state(fd, head_end, tail_start)
+        state = _state(fd, start + head_end, tail_start)
         if state == "same":  # no marker dropped: the stream where the head ends goes on
-            state = _state(fd, 0, head_end)
-        lead = {"stderr": STDERR_START, "display": DISPLAY_START + "-" + DISPLAY_SEP}.get(state, "")
-        head_segments = split_streams(head[:head_end].decode("utf-8", errors="replace"))[1]
-        tail_segments = split_streams(lead + tail[cut:].decode("utf-8", errors="replace"))[1]
-        note = (("stdout", omitted_notice(tail_start - head_end, limit, str(path))),)
-        return join_segments([*head_segments, *note, *tail_segments]), tail_start - head_end
+            state = stream_at(fd, start + head_end)
+        head_segments = split_streams(first + head[:head_end].decode("utf-8", errors="replace"))[1]
+        tail_segments = split_streams(_lead(state) + tail[cut:].decode("utf-8", errors="replace"))[1]
+        dropped = tail_start - start - head_end
+        note = (("stdout", omitted_notice(dropped, limit or 0, str(path))),)
+        return join_segments([*head_segments, *note, *tail_segments]), dropped
     except OSError:
         return None
     finally:
         os.close(fd)
 
 
-def complete(result: CellResult, recording: Path | None, limit: int | None) -> CellResult:
-    """``result`` with its whole output when a poll omitted part of it (else ``result`` itself)."""
+def complete(
+    result: CellResult, recording: Path | None, limit: int | None, *, shown: tuple[Segments, int] | None = None
+) -> CellResult:
+    """``result`` with its whole output when a poll omitted part of it (else ``result`` itself).
+
+    ``shown`` is what ``run(on_output=...)`` passed on from the polls before the first that omitted
+    something, and where in the raw log they ended: the result is that, then the log from there
+    (the polls render away escape sequences and overwritten lines the raw log keeps: the result is
+    what was streamed)."""
     if not result.truncated:
         return result
-    path = _raw_log(result.text + result.stderr, recording)
+    path = raw_log(result.text + result.stderr, recording)
     if path is None:
         return result
-    read = _read(path, limit)
+    before, start = shown if shown is not None else ((), 0)
+    read = _read(path, limit, start)
     if read is None:
         return result
     segments, dropped = read
     # what the bridge itself added to the cell's output (a hint, a note) is not in the raw log: kept
-    notes = [(stream, part) for stream, part in result.segments if part.lstrip().startswith(_BRIDGE_NOTE)]
-    segments = join_segments([*segments, *notes])
+    notes = [
+        (stream, part)
+        for stream, part in result.segments
+        if part.lstrip().startswith(_BRIDGE_NOTE) and (stream, part) not in before
+    ]
+    segments = join_segments([*before, *segments, *notes])
     combined = "".join(part for _, part in segments)
     others = [block for block in result.content if block.get("type") != "text"]
     return dataclasses.replace(

@@ -202,11 +202,13 @@ async def _collect(console: AsyncConsole, opts: Options, state: RunState, term: 
 
 
 def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int) -> None:
-    """When a poll's window cut what was shown live (``[output omitted: ...]``), the whole output the
-    library read from the recording (up to --max-output) is what output.txt and --json keep."""
+    """When what was shown live is not the whole output (the live output stopped at --max-output, or
+    a poll's window cut it: ``[output omitted: ...]``), the whole output the library read from the
+    recording (head and tail past --max-output) is what output.txt and --json keep."""
     streamed = "".join(run.streamed)
     whole = chunk_output(result)
-    if whole == streamed or OMITTED_MARK not in streamed:
+    cut = OMITTED_MARK in streamed  # the library could not read the raw log: each poll's window shown
+    if whole == streamed or not (cut or result.truncated):
         return
     markers = [chunk for chunk in run.chunks if chunk.lstrip("\n").startswith("[image ")]
     run.chunks = [whole, *(("\n" if not whole.endswith("\n") else "") + m.lstrip("\n") for m in markers)]
@@ -215,8 +217,9 @@ def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int) -> 
         f", {result.omitted_bytes} past --max-output omitted" if result.truncated else ""
     )
     term.info(
-        f"{run.source.name}: the live output showed the first and last 4 KiB of each poll; output.txt and --json "
-        f"hold the whole ({kept})"
+        f"{run.source.name}: the live output "
+        + ("showed the first and last 4 KiB of each poll" if cut else "stopped at --max-output")
+        + f"; output.txt and --json hold the whole ({kept})"
     )
 
 

@@ -88,6 +88,15 @@ def test_output_streams_into_the_cell_while_it_runs(kernel: Kernel) -> None:
     assert all(msg["parent_header"]["msg_id"] == run.msg_id for _, msg in run.messages)
 
 
+def test_a_long_output_streams_into_the_cell_whole(kernel: Kernel) -> None:
+    # issue 31 item 1: the magic shows what on_output carries (before: each poll's first and last
+    # 4 KiB, 8,090 of 105,000 bytes)
+    code = f"%%console {kernel.console_options}\nfor i in range(5000):\n    print(f'row {{i:05d}} ' + 'y' * 10)\n"
+    run = kernel.finish(kernel.submit(code))
+    run.expect_ok()
+    assert run.stdout.splitlines() == [f"row {i:05d} " + "y" * 10 for i in range(5000)]
+
+
 def test_code_that_raises_fails_the_cell_with_its_traceback_shown_once(kernel: Kernel) -> None:
     run = kernel.run(f"%%console {kernel.console_options}\ndef f():\n    return 1 / 0\nf()")
     assert run.status == "error"
