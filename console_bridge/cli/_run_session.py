@@ -18,6 +18,7 @@ from console_bridge._errors import BridgeError, CellTimeout
 from console_bridge._results import CellResult
 from console_bridge.cli._common import ExitCode, error_text, exit_code_for, human_size
 from console_bridge.cli._detect import OMITTED_MARK, chunk_output, code_error
+from console_bridge.cli._run_names import CellNames
 from console_bridge.cli._run_sources import FileRun
 from console_bridge.cli._run_state import Options, RunState
 from console_bridge.cli._run_terminal import Terminal
@@ -170,10 +171,11 @@ async def _start_and_run(console: AsyncConsole, opts: Options, state: RunState, 
             why = report.get("note") or "nothing on this host can hold it"
             term.info(f"limit {name} is NOT enforced: {why}; --best-effort started anyway")
     total = len(state.files)
+    names = CellNames()
     for index, run in enumerate(state.files, start=1):
         label = f"running {run.source.name}" + (f" ({index}/{total})" if total > 1 else "")
         term.set_label(label)
-        if not await _run_file(console, run, opts, state, term, stop):
+        if not await _run_file(console, run, opts, state, term, stop, names):
             break
 
 
@@ -201,7 +203,7 @@ async def _collect(console: AsyncConsole, opts: Options, state: RunState, term: 
         term.info(f"--collect {' '.join(opts.collect)}: no file in the TMPDIR matched")
 
 
-def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int) -> None:
+def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int, names: CellNames) -> None:
     """When what was shown live is not the whole output (the live output stopped at --max-output, or
     a poll's window cut it: ``[output omitted: ...]``), the whole output the library read from the
     recording (head and tail past --max-output) is what output.txt and --json keep."""
@@ -210,6 +212,7 @@ def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int) -> 
     cut = OMITTED_MARK in streamed  # the library could not read the raw log: each poll's window shown
     if whole == streamed or not (cut or result.truncated):
         return
+    whole = names.text(whole)
     markers = [chunk for chunk in run.chunks if chunk.lstrip("\n").startswith("[image ")]
     run.chunks = [whole, *(("\n" if not whole.endswith("\n") else "") + m.lstrip("\n") for m in markers)]
     term.recapture(mark, run.output)
@@ -224,7 +227,7 @@ def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int) -> 
 
 
 async def _run_file(
-    console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal, stop: Stop
+    console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal, stop: Stop, names: CellNames
 ) -> bool:
     """Run one source as one cell; True when it succeeded and the next may run."""
     name, language = run.source.name, run.source.language
@@ -237,12 +240,17 @@ async def _run_file(
     started = time.monotonic()
     mark = term.mark()
 
-    def on_output(chunk: CellResult) -> None:
-        text = chunk_output(chunk)
-        run.streamed.append(text)
+    def show(text: str) -> None:
         if text:
             run.chunks.append(text)
             term.write(text)
+
+    def on_output(chunk: CellResult) -> None:
+        text = chunk_output(chunk)
+        run.streamed.append(text)
+        show(names.stream(text))
+        if chunk.images:
+            show(names.flush())
         for image in chunk.images:
             image_name = state.add_image(image)
             run.images.append(image_name)
@@ -255,6 +263,7 @@ async def _run_file(
     if not run.source.code.strip():
         run.status, run.elapsed = "ok", 0.0
         return True
+    names.begin(name, language)
     try:
         code: dict[str, Any] = {language: run.source.code}
         result = await console.run(**code, timeout=remaining, on_output=on_output)
@@ -275,10 +284,9 @@ async def _run_file(
         # What the interrupt itself printed (where the code was): not streamed by on_output.
         partial = exc.result.combined if exc.result is not None else ""
         streamed = "".join(run.streamed)
+        show(names.flush())
         if partial.startswith(streamed) and partial[len(streamed) :].strip() not in ("", "[done]"):
-            rest = partial[len(streamed) :]
-            run.chunks.append(rest)
-            term.write(rest)
+            show(names.text(partial[len(streamed) :]))
         run.status = "timeout"
         if not exc.details.get("cell_started", True):
             run.error = "never started: the worker did not start it in time"
@@ -304,11 +312,13 @@ async def _run_file(
             state.debug_trace = traceback.format_exc()
         return False
     finally:
+        show(names.flush())
         run.elapsed = time.monotonic() - started
         state.cell_time += run.elapsed
         term.end_file()
+    result = names.result(result)
     run.result = result
-    _keep_whole(run, result, term, mark)
+    _keep_whole(run, result, term, mark, names)
     if result.waiting_for_input:
         with contextlib.suppress(BridgeError):
             await console.interrupt()

@@ -152,3 +152,33 @@ def test_the_report_carries_each_files_structured_failure_and_usage(cb: Runner, 
     failure = files[1]["failure"]
     assert failure["name"] == "KeyError" and failure["kind"] == "exception" and "missing" in failure["message"]
     assert "line 2" in failure["traceback"] and "line 3" in failure["traceback"], failure["traceback"]
+
+
+def test_tracebacks_name_the_files_and_their_lines(cb: Runner, tmp_path: Path) -> None:
+    """Issue 31, item 6: tracebacks named the worker's cells (``<mcp-console:python:eN>``), not the files.
+    A frame of a function an earlier file defined names that file; a SQL file in between takes no number."""
+    import json
+
+    write(tmp_path, "one.py", "def f1():\n    raise ValueError('in one')\n")
+    write(tmp_path, "q.sql", "select 1 as x;\n")
+    write(tmp_path, "two.py", "x = 2\ndef f2():\n    f1()\n")
+    write(tmp_path, "three.py", "\n\nf2()\n")
+    proc = cb("run", "--recordings-dir", "recs", "--artifacts", "out", "one.py", "q.sql", "two.py", "three.py")
+    assert proc.returncode == 1, proc.stderr
+    expected = [
+        'File "three.py", line 3, in <module>',
+        'File "two.py", line 3, in f2',
+        'File "one.py", line 2, in f1',
+    ]
+    traceback = json.loads((tmp_path / "out" / "report.json").read_text())["files"][-1]["failure"]["traceback"]
+    output = (tmp_path / "out" / "output.txt").read_text()
+    for text in (proc.stdout, traceback, output):
+        frames = [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]
+        assert frames == expected, text
+        assert "mcp-console:python" not in text
+
+    write(tmp_path, "syntax.py", "x = 1\ny = (\n")
+    proc = cb("run", "--recordings-dir", "recs", "one.py", "syntax.py")
+    assert proc.returncode == 1, proc.stderr
+    assert 'File "syntax.py", line 2' in proc.stdout, proc.stdout
+    assert "mcp-console:python" not in proc.stdout + proc.stderr, proc.stderr

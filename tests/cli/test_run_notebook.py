@@ -83,7 +83,9 @@ def test_a_notebook_runs_to_its_first_failure_and_is_written_executed(cb: Runner
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["artifacts"]["notebooks"] == ["sales.ipynb"]
     assert [f["status"] for f in report["files"]][-2:] == ["error", "not run"]
-    assert "line 3" in report["files"][-2]["failure"]["traceback"]  # the cell's own line numbers
+    traceback = report["files"][-2]["failure"]["traceback"]
+    assert 'File "sales.ipynb[8]", line 3, in <module>' in traceback, traceback  # the cell, its own line numbers
+    assert not any("mcp-console:python" in text for text in texts[6]), texts[6]
 
 
 def test_allow_errors_runs_on_and_exits_0(cb: Runner, tmp_path: Path) -> None:
