@@ -23,7 +23,7 @@ from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAll
 from console_bridge._hostfs import remove_tree
 from console_bridge._identity import Owner
 from console_bridge._manager._culling import observe, verdicts
-from console_bridge._manager._entry import Entry, Waiter, calls_of, server_alive
+from console_bridge._manager._entry import Entry, Waiter, calls_of, drop_recording, server_alive, spare_recording
 from console_bridge._manager._info import (
     ManagerStats,
     SessionInfo,
@@ -417,8 +417,9 @@ class AsyncSessionManager(NotCopyable):
                 return
             if entry in self._ready:
                 self._ready.remove(entry)
-            entry.state = "closing"
+            entry.state, spare = "closing", spare_recording(entry)
             await entry.console.close()
+            drop_recording(spare)  # (an unused warm session leaves no recording)
             folder, entry.folder = entry.folder, None
             await remove_folder(folder)
             self._forget(entry, why)
@@ -429,11 +430,12 @@ class AsyncSessionManager(NotCopyable):
         entry.console.set_close_reason("discarded by the session manager: its server had died")
         self._forget(entry, "discarded (its server had died)")
         self._orphans.add(entry.console)
-        self._spawn("discard", self._kill_orphan, entry.console, entry.folder)
+        self._spawn("discard", self._kill_orphan, entry.console, entry.folder, spare_recording(entry))
 
-    async def _kill_orphan(self, console: AsyncConsole, folder: str | None = None) -> None:
+    async def _kill_orphan(self, console: AsyncConsole, folder: str | None = None, spare: Any = None) -> None:
         with anyio.CancelScope(shield=True):
             await console.cancel()
+            drop_recording(spare)
             await remove_folder(folder)
         self._orphans.discard(console)
 
@@ -505,10 +507,11 @@ class AsyncSessionManager(NotCopyable):
             self._forget(entry, f"failed to warm up ({type(exc).__name__})")
             return
         except BaseException:
-            # Cancelled: the manager is closing. Close cleanly (bounded) so a recording the
-            # warm-up already started is finalized like every other session's.
+            # Cancelled: the manager is closing. Close cleanly (bounded), and leave no recording.
             with anyio.CancelScope(shield=True):
+                spare = spare_recording(entry)
                 await entry.console.close()
+                drop_recording(spare)
                 self._forget(entry, _MANAGER_CLOSED)
             raise
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -9,12 +10,13 @@ from datetime import UTC, datetime
 import anyio
 import psutil
 
+from console_bridge._console._recordings import Recording, Recordings
 from console_bridge._console._session import AsyncConsole
-from console_bridge._errors import ConnectionClosed
+from console_bridge._errors import BridgeError, ConnectionClosed
 from console_bridge._identity import Owner
 from console_bridge._manager._info import SessionState
 
-__all__ = ["Entry", "Waiter", "calls_of", "server_alive"]
+__all__ = ["Entry", "Waiter", "calls_of", "drop_recording", "server_alive", "spare_recording"]
 
 
 @dataclass(eq=False)
@@ -64,3 +66,19 @@ def server_alive(entry: Entry) -> bool:
         return entry.server.is_running() and entry.server.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def spare_recording(entry: Entry) -> Recording | None:
+    """The recording of a warm session never handed out: the probe and the warm-up cell, nobody's work.
+    Taken before the session closes (the recording is found by its server's pid)."""
+    if entry.owner is not None or entry.cold:
+        return None
+    return entry.console.recording
+
+
+def drop_recording(recording: Recording | None) -> None:
+    """Delete a spare's recording once its server is gone, so that no orphan is listed (with no work in
+    it) and left for ever: retention prunes by workspace. A live one is refused and kept. Never raises."""
+    if recording is not None:
+        with contextlib.suppress(BridgeError, OSError):
+            Recordings(recording.path.parent.parent).delete(recording.run_id)

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from console_bridge import Recordings
 from tests.jupyter.kernel import Execution, Kernel, start_kernel
 
 pytestmark = [pytest.mark.console, pytest.mark.slow]
@@ -316,12 +317,24 @@ def test_kernel_shutdown_leaves_no_process_and_no_temp_folder(tmp_path: Path) ->
         assert pid in {p.pid for p in tree}
         sessions = kernel.tmp.parent / "state" / "sessions"
         assert len(list(sessions.iterdir())) >= 1  # the sessions' private folders (the warm one too)
+        probe = (
+            "import console_bridge.jupyter as _j\n"
+            "print(*[s.pid for s in next(iter(_j._loaded.values())).manager.sessions() if s.state == 'warm'])"
+        )
+        deadline = time.monotonic() + 30
+        while not re.fullmatch(r"\d+\n", kernel.run(probe).expect_ok().stdout) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tree = descendants(kernel.pid())  # (the warm spare's server too)
+        assert len(Recordings(kernel.recordings).list()) == 2  # the session's and the spare's, both live
     finally:
         kernel.shutdown()
     assert not kernel.km.is_alive()
     assert living(tree) == [], "a process started by the kernel's session outlived the kernel"
     leftovers = sorted(p.name for p in sessions.iterdir())
     assert leftovers == [], "the session's private folder is still there: the session was not closed at exit"
+    # Issue 31: the unused warm spare left an orphan recording (listed with `?`, never pruned).
+    recordings = Recordings(kernel.recordings).list()
+    assert [rec.owner is not None and rec.finalized for rec in recordings] == [True], recordings
 
 
 def test_input_in_a_cell_is_asked_through_the_notebooks_stdin(kernel: Kernel) -> None:
