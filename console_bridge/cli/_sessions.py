@@ -20,8 +20,9 @@ from console_bridge.cli._output import host_line
 __all__ = ["kill_command", "ps_command", "top_command"]
 
 
-def _live() -> tuple[list[SessionEntry], list[Verdict]]:
-    """The proven live (or starting) sessions, and the folders refused (each reported on stderr)."""
+def _live(reported: set[str] | None = None) -> tuple[list[SessionEntry], list[Verdict]]:
+    """The proven live (or starting) sessions, and the folders refused: each said once on stderr (once
+    per ``reported`` set: ``top`` says it at its first refresh, not at each)."""
     report = sweep_report()  # sessions whose host and supervisor died: trees killed, folders and groups removed
     refused = {verdict.folder: verdict for verdict in report.refused}
     live: list[SessionEntry] = []
@@ -31,9 +32,13 @@ def _live() -> tuple[list[SessionEntry], list[Verdict]]:
         elif verdict.state in ("live", "starting") and verdict.entry is not None:
             live.append(verdict.entry)
     for verdict in refused.values():
+        if reported is not None:
+            if str(verdict.folder) in reported:
+                continue
+            reported.add(str(verdict.folder))
         click.echo(
-            f"{PREFIX}: left alone: {host_line(str(verdict.folder))}: {host_line(verdict.reason)} "
-            "(not provably a console-bridge session of this user; remove it yourself if it is yours)",
+            f"{PREFIX}: not listed, left alone: {host_line(str(verdict.folder))}: it cannot be proven a "
+            f"console-bridge session of this user ({host_line(verdict.reason)})",
             err=True,
         )
     return live, list(refused.values())
@@ -147,13 +152,14 @@ def top_command(interval: float, count: int | None) -> None:
       console-bridge top --interval 5 --count 3
     """
     before: dict[str, tuple[float, float]] = {}
+    reported: set[str] = set()  # folders not provably sessions of this user: said at the first refresh
     shown = 0
     tty = sys.stdout.isatty()
     try:
         while True:
             now = time.monotonic()
             rows = []
-            for entry in _live()[0]:
+            for entry in _live(reported)[0]:
                 usage = _usage(entry)
                 cpu = usage.get("cpu_seconds")
                 share = "-"

@@ -83,6 +83,12 @@ def test_a_forged_entry_cannot_make_kill_signal_an_unrelated_process(
     listed = _cli(state, "ps", "--json")
     assert json.loads(listed.stdout) == [] and "left alone" in listed.stderr
     assert (state / SID / "session.json").is_file()  # the forged entry is reported, not removed
+    # Issue 31: said plainly, without telling the user to delete it; top says it once, not at each refresh
+    assert "cannot be proven a console-bridge session of this user" in listed.stderr, listed.stderr
+    assert "remove it yourself" not in listed.stderr and "yours" not in listed.stderr
+    top = _cli(state, "top", "--interval", "0.1", "--count", "3")
+    assert top.returncode == 0, top.stderr
+    assert top.stderr.count("cannot be proven") == 1, top.stderr
 
 
 def test_a_forged_stale_entry_cannot_make_the_sweep_remove_a_folder_or_kill_a_cgroup(
