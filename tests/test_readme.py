@@ -55,3 +55,18 @@ def test_the_governance_examples_run_from_the_repository(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr
     assert "hello" in proc.stdout and "write_note" in proc.stdout
     assert (tmp_path / "audit.jsonl").is_file()
+
+
+def test_the_user_install_line_names_extras_that_exist_and_bring_a_kernel() -> None:
+    """Issue 31, item 7: the README shows a user install (the checkout with the datascience and jupyter
+    extras) beside the developer setup; the extras it names exist, and jupyter's brings ipykernel.
+    (Checked end to end by hand: a venv of /usr/bin/python3, that pip install, `run` and `%%console`.)"""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    found = re.search(r"pip install '[^'\n]*\[([a-z,-]+)\]'", README)
+    assert found is not None, "no `pip install '<checkout>[extras]'` line in the README"
+    named = found.group(1).split(",")
+    assert {"datascience", "jupyter"} <= set(named) and set(named) <= set(extras), (named, sorted(extras))
+    assert any(requirement.startswith("ipykernel") for requirement in extras["jupyter"]), extras["jupyter"]
+    assert README.index(found.group(0)) < README.index("## Quick start")  # beside the developer setup
