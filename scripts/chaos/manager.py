@@ -31,6 +31,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -140,28 +141,37 @@ class ManagerChaos:
         except psutil.Error:
             return False
 
+    def live_pids(self, live: AsyncSessionManager | None) -> set[int]:
+        """Every process of the live sessions now: each session's root (the process this one started,
+        its supervisor) and all of the root's descendants. Not the server's subtree alone: the supervisor
+        has other children (the remasker, a server's orphans it reaps), and those belong to a live session."""
+        keep: set[int] = set()
+        for info in live.sessions() if live is not None else []:
+            if info.pid is None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(info.pid)
+                for parent in root.parents():
+                    if parent.pid == os.getpid():
+                        break
+                    root = parent
+                keep.add(root.pid)
+                keep |= {p.pid for p in root.children(recursive=True)}
+        return keep
+
     async def check(self, live: AsyncSessionManager | None) -> None:
         """Survivors and leaks: what belongs to no listed session must be gone within the reap bound."""
-        keep_pids: set[int] = set()
         if live is not None:
             # A session still starting (a warm spare refilled after a claim) is listed without a pid yet:
             # its supervisor would pass for a survivor. Wait for it to be up (a start under load took >10 s).
             started = time.monotonic() + BOUNDS["warm"]
             while any(info.pid is None for info in live.sessions()) and time.monotonic() < started:
                 await anyio.sleep(0.05)
-            for info in live.sessions():
-                if info.pid is not None:
-                    keep_pids.add(info.pid)
-                    with contextlib.suppress(psutil.Error):
-                        server = psutil.Process(info.pid)
-                        keep_pids |= {p.pid for p in server.children(recursive=True)}
-                        # ...and whatever stands between this process and the server (a supervisor).
-                        for parent in server.parents():
-                            if parent.pid == os.getpid():
-                                break
-                            keep_pids.add(parent.pid)
 
         def stray_procs() -> list[psutil.Process]:
+            # What the live sessions hold is asked anew each time: a session that started meanwhile (its
+            # server forked after its supervisor was listed) is live, not a survivor.
+            keep_pids = self.live_pids(live)
             return [p for pid, p in self.procs.items() if pid not in keep_pids and self._alive(p)]
 
         deadline = time.monotonic() + BOUNDS["reap"]
@@ -169,7 +179,8 @@ class ManagerChaos:
             await anyio.sleep(0.05)
         for proc in stray_procs():
             self.survivors.append(f"after {self.current}: pid {proc.pid} ({self._cmdline(proc)})")
-            proc.kill()
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         if live is None:
             while self.folders() and time.monotonic() < deadline:
                 await anyio.sleep(0.05)
@@ -417,6 +428,7 @@ def run(binary: str | None, cycles: int, seed: int, log: Callable[[str], None]) 
     except BaseException as exc:
         aborted = f"soak error: {type(exc).__name__}: {exc}"
         print(aborted, file=sys.stderr)
+        traceback.print_exc()  # (an ExceptionGroup says nothing of what it holds)
     finally:
         tempfile.tempdir = saved
         shutil.rmtree(chaos.root, ignore_errors=True)
