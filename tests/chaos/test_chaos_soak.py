@@ -6,6 +6,7 @@ The full soak (200 cycles, 4 sessions) is run by hand: ``.venv/bin/python script
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,9 @@ from tests.console.conftest import binary_for
 pytestmark = [pytest.mark.console, pytest.mark.slow]
 
 SCRIPT = ROOT / "scripts" / "chaos.py"
+#: scripts/chaos.py puts scripts/ first on its path, so ``console_bridge`` would come from wherever the
+#: venv's editable install points (the main checkout, from a worktree): this checkout's comes first.
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 #: The checks that must all be zero for the soak to pass.
 ZERO = ("survivors", "leaks", "untyped", "hangs", "unfinalized")
 
@@ -30,6 +34,7 @@ def soak(tmp_path: Path, version: str, *args: str) -> dict:
         text=True,
         timeout=240,
         cwd=ROOT,
+        env=ENV,
     )
     output = f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
     assert report_path.is_file(), f"no JSON report was written (exit {proc.returncode})\n{output}"
@@ -89,6 +94,7 @@ def test_chaos_soak_of_the_session_manager(tmp_path: Path, version: str) -> None
         text=True,
         timeout=240,
         cwd=ROOT,
+        env=ENV,
     )
     output = f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
     assert report_path.is_file(), f"no JSON report was written (exit {proc.returncode})\n{output}"
