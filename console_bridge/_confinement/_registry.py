@@ -38,6 +38,7 @@ import secrets
 import shutil
 import signal
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -190,10 +191,32 @@ class SessionEntry:
         return True
 
 
-def register(*, owner: str, workspace: str, profile: str, recording_base: str) -> SessionEntry:
-    """Create a new session's private folder (0700) with its ``tmp/`` and entry (0600)."""
+#: When this process last swept each sessions root (``time.monotonic()``), for ``register``.
+_swept_at: dict[Path, float] = {}
+_swept_lock = threading.Lock()
+
+
+def register(
+    *, owner: str, workspace: str, profile: str, recording_base: str, sweep_every: float = 60.0
+) -> SessionEntry:
+    """Create a new session's private folder (0700) with its ``tmp/`` and entry (0600).
+
+    The sessions root is swept first (:func:`sweep`: what sessions of dead hosts left) by the first
+    start in this process, then at most once every ``sweep_every`` seconds: a sweep proves every
+    entry (its ``session.json``, its supervisor, its groups: about 0.4 ms a live session), which at
+    every start made a start cost grow with the sessions live. Only a session whose supervisor died
+    with its host needs a sweep (a supervisor ends the tree and removes the folder and groups itself
+    when its host goes): one that dies later is swept by the first start ``sweep_every`` seconds after
+    the last sweep, or by ``console-bridge ps`` at once."""
     root = sessions_root()
-    sweep(root)
+    now = time.monotonic()
+    with _swept_lock:
+        last = _swept_at.get(root)
+        due = last is None or now - last >= sweep_every
+        if due:
+            _swept_at[root] = now
+    if due:
+        sweep(root)
     session_id = new_session_id()
     folder = root / session_id
     folder.mkdir(mode=0o700)
