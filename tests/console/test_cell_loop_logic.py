@@ -35,7 +35,13 @@ def _cell(text: str = "", *, running: bool = False) -> CellResult:
 
 
 def _loop(calls: Script, *, starting: bool = False, started_at: float | None = None) -> CellLoop:
-    observer = SimpleNamespace(last_notice=SimpleNamespace(starting=starting), last_started_at=started_at)
+    observer = SimpleNamespace(
+        last_notice=SimpleNamespace(starting=starting),
+        last_started_at=started_at,
+        output_bytes=0,  # (what on_output's LiveOutput reads: no poll here is cut, so the polls' pieces pass on)
+        last_framed="",
+        display_reader=lambda: None,
+    )
     return CellLoop(
         calls,  # type: ignore[arg-type]
         observer,  # type: ignore[arg-type]
