@@ -107,8 +107,8 @@ stage_config() {
     awk -F: '{ printf "%s:*:19700:0:99999:7:::\n", $1 }' "$r/etc/passwd" >"$r/etc/shadow"
     awk -F: '{ printf "%s:*::\n", $1 }' "$r/etc/group" >"$r/etc/gshadow"
     chmod 640 "$r/etc/shadow" "$r/etc/gshadow" && chgrp 42 "$r/etc/shadow" "$r/etc/gshadow"   # group shadow
-    rm -rf "$r/home/alice" && cp -a "$r/etc/skel" "$r/home/alice"
-    printf '\n# the console-bridge venv (guest/build-arm64.sh)\nPATH="$HOME/venv/bin:$PATH"\n' >>"$r/home/alice/.profile"
+    [ -d "$r/home/alice" ] || cp -a "$r/etc/skel" "$r/home/alice"
+    grep -q 'HOME/venv/bin' "$r/home/alice/.profile" || printf '\n# the console-bridge venv (guest/build-arm64.sh)\nPATH="$HOME/venv/bin:$PATH"\n' >>"$r/home/alice/.profile"
     mkdir -p "$r/var/lib/systemd/linger" && touch "$r/var/lib/systemd/linger/alice"
     mkdir -p "$G/ssh"
     [ -f "$G/ssh/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C console-bridge-guest -f "$G/ssh/id_ed25519"
@@ -131,7 +131,9 @@ stage_config() {
     # sshd: the config its postinst installs, host keys, key login only
     [ -e "$r/etc/ssh/sshd_config" ] || cp "$r/usr/share/openssh/sshd_config" "$r/etc/ssh/sshd_config"
     ssh-keygen -A -f "$r" >/dev/null
-    printf 'PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n' \
+    # (MaxStartups: under TCG one unauthenticated connection takes sshd tens of seconds, and run.sh's
+    # polling during the boot otherwise fills the default 10 with "Exceeded MaxStartups")
+    printf 'PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\nMaxStartups 100\n' \
         >"$r/etc/ssh/sshd_config.d/guest.conf"
     # alternatives the maintainer scripts would set
     mkdir -p "$r/etc/alternatives"
@@ -144,7 +146,7 @@ stage_config() {
         systemctl --root="$r" preset-all &&
         systemctl --root="$r" enable systemd-networkd.service ssh.service &&
         systemctl --root="$r" mask systemd-networkd-wait-online.service apt-daily.timer apt-daily-upgrade.timer \
-            dpkg-db-backup.timer e2scrub_all.timer fstrim.timer systemd-timesyncd.service; } >"$LOGS/systemctl.log" 2>&1 \
+            dpkg-db-backup.timer e2scrub_all.timer fstrim.timer systemd-timesyncd.service e2scrub_reap.service; } >"$LOGS/systemctl.log" 2>&1 \
         || fail_with "systemctl --root" "$LOGS/systemctl.log"
     ver=$(ls "$r/lib/modules")
     depmod -b "$r" "$ver" >"$LOGS/depmod.log" 2>&1 || fail_with depmod "$LOGS/depmod.log"
@@ -188,6 +190,11 @@ stage_venv() {
         mv "$f" "$v/bin/"
     done
     rmdir "$t/bin"
+    # the wheels' data files (mcp-console's libexec/bwrap and libexec/mcp-console-sandbox, which it
+    # looks for next to its bin/): --target leaves them in the target, the venv's prefix is their place
+    for f in "$t"/*; do
+        case ${f##*/} in libexec | share | include | etc) cp -a "$f" "$v/" && rm -rf "$f" ;; esac
+    done
     cp -a "$t"/. "$sp"/ && rm -rf "$t"
     # byte-compile the guest's stdlib and the venv with the host's 3.11 (the .pyc magic is per 3.11)
     nice -n 19 "$PY" -m compileall -q -j 2 -s "$ROOT" -p / "$ROOT/usr/lib/python3.11" "$sp" >"$LOGS/compileall.log" 2>&1 || true

@@ -20,7 +20,8 @@
 # Environment: GUEST_DIR, GUEST_MEM (MiB, default 4096), GUEST_SMP (default 2),
 # GUEST_BOOT_TIMEOUT (s, default 300), GUEST_CMD_TIMEOUT (s, default 1800), GUEST_ACCEL (tcg|kvm),
 # GUEST_ARCH (amd64, the default, or arm64: the guest of guest/build-arm64.sh in .guest-arm64, booted by
-# qemu-system-aarch64 -M virt; under TCG give it GUEST_BOOT_TIMEOUT=1200 or more).
+# qemu-system-aarch64 -M virt; under TCG give it GUEST_BOOT_TIMEOUT=1200 and GUEST_SSH_TIMEOUT=60 or more),
+# GUEST_SSH_TIMEOUT (ssh's ConnectTimeout, s, default 5: it also bounds the wait for sshd's banner).
 set -uo pipefail
 { # the whole script is one block: bash reads it before running it, so editing it mid-run is safe
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,7 +62,7 @@ kvm) ACCEL=(-accel kvm -cpu host) ;;
 esac
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 SSH=(ssh -i "$KEY" -p "$PORT" -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
-    -o LogLevel=ERROR -o ConnectTimeout=5 -o ServerAliveInterval=15 -o ServerAliveCountMax=8)
+    -o LogLevel=ERROR -o ConnectTimeout="${GUEST_SSH_TIMEOUT:-5}" -o ServerAliveInterval=15 -o ServerAliveCountMax=8)
 
 WHEEL_DIR=
 if [ "$SYNC" = 1 ]; then
