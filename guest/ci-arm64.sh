@@ -30,7 +30,7 @@ if [ "${ARM64_BUILD:-1}" = 1 ]; then
 fi
 scenarios=$G/logs/scenarios.log
 checks=${ARM64_CHECKS:-doctor cli-run attacks}
-GUEST_ARCH=arm64 GUEST_DIR=$G GUEST_BOOT_TIMEOUT=${GUEST_BOOT_TIMEOUT:-1800} GUEST_SSH_TIMEOUT=${GUEST_SSH_TIMEOUT:-90} GUEST_CMD_TIMEOUT=${GUEST_CMD_TIMEOUT:-5400} \
+GUEST_ARCH=arm64 GUEST_DIR=$G GUEST_CMD_TIMEOUT=${GUEST_CMD_TIMEOUT:-5400} \
     "$REPO/guest/run.sh" "uname -m; GUEST_SCOPES=login GUEST_CHECKS='$checks' bash bed/guest/scenarios/drive.sh" \
     2>&1 | tee "$scenarios"
 rc=${PIPESTATUS[0]}

@@ -20,14 +20,15 @@
 # Environment: GUEST_DIR, GUEST_MEM (MiB, default 4096), GUEST_SMP (default 2),
 # GUEST_BOOT_TIMEOUT (s, default 300), GUEST_CMD_TIMEOUT (s, default 1800), GUEST_ACCEL (tcg|kvm),
 # GUEST_ARCH (amd64, the default, or arm64: the guest of guest/build-arm64.sh in .guest-arm64, booted by
-# qemu-system-aarch64 -M virt; under TCG give it GUEST_BOOT_TIMEOUT=1200 and GUEST_SSH_TIMEOUT=60 or more),
+# qemu-system-aarch64 -M virt; its defaults: GUEST_BOOT_TIMEOUT=1800, GUEST_SSH_TIMEOUT=90),
 # GUEST_SSH_TIMEOUT (ssh's ConnectTimeout, s, default 5: it also bounds the wait for sshd's banner).
 set -uo pipefail
 { # the whole script is one block: bash reads it before running it, so editing it mid-run is safe
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 case ${GUEST_ARCH:-amd64} in
-amd64) G=${GUEST_DIR:-$REPO/.guest}; QEMU_SYSTEM=(qemu-system-x86_64); CONSOLE=ttyS0 ;;
-arm64) G=${GUEST_DIR:-$REPO/.guest-arm64}; QEMU_SYSTEM=(qemu-system-aarch64 -M virt); CONSOLE=ttyAMA0 ;;
+amd64) G=${GUEST_DIR:-$REPO/.guest}; QEMU_SYSTEM=(qemu-system-x86_64); CONSOLE=ttyS0; BUILD=guest/build.sh ;;
+arm64) G=${GUEST_DIR:-$REPO/.guest-arm64}; QEMU_SYSTEM=(qemu-system-aarch64 -M virt); CONSOLE=ttyAMA0; BUILD=guest/build-arm64.sh
+    : "${GUEST_BOOT_TIMEOUT:=1800}" "${GUEST_SSH_TIMEOUT:=90}" ;;   # TCG: a 6-minute boot, a slow sshd
 *) echo "guest/run.sh: GUEST_ARCH must be amd64 or arm64" >&2; exit 2 ;;
 esac
 SYNC=0
@@ -45,7 +46,7 @@ done
 CMD=$1
 KEY=$G/ssh/id_ed25519
 for f in "$G/image.raw" "$G/vmlinuz" "$G/initrd.img" "$KEY"; do
-    [ -e "$f" ] || { echo "guest/run.sh: $f is missing: run guest/build.sh first" >&2; exit 2; }
+    [ -e "$f" ] || { echo "guest/run.sh: $f is missing: run $BUILD first" >&2; exit 2; }
 done
 STAMP=$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$G/logs"
