@@ -18,11 +18,19 @@
 # ("[guest-run] ...") go to stderr and to .guest/logs/run-<stamp>.times. Exit code: COMMAND's;
 # 124/125 when the guest did not come up.
 # Environment: GUEST_DIR, GUEST_MEM (MiB, default 4096), GUEST_SMP (default 2),
-# GUEST_BOOT_TIMEOUT (s, default 300), GUEST_CMD_TIMEOUT (s, default 1800), GUEST_ACCEL (tcg|kvm).
+# GUEST_BOOT_TIMEOUT (s, default 300), GUEST_CMD_TIMEOUT (s, default 1800), GUEST_ACCEL (tcg|kvm),
+# GUEST_ARCH (amd64, the default, or arm64: the guest of guest/build-arm64.sh in .guest-arm64, booted by
+# qemu-system-aarch64 -M virt; its defaults: GUEST_BOOT_TIMEOUT=1800, GUEST_SSH_TIMEOUT=90),
+# GUEST_SSH_TIMEOUT (ssh's ConnectTimeout, s, default 5: it also bounds the wait for sshd's banner).
 set -uo pipefail
 { # the whole script is one block: bash reads it before running it, so editing it mid-run is safe
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-G=${GUEST_DIR:-$REPO/.guest}
+case ${GUEST_ARCH:-amd64} in
+amd64) G=${GUEST_DIR:-$REPO/.guest}; QEMU_SYSTEM=(qemu-system-x86_64); CONSOLE=ttyS0; BUILD=guest/build.sh ;;
+arm64) G=${GUEST_DIR:-$REPO/.guest-arm64}; QEMU_SYSTEM=(qemu-system-aarch64 -M virt); CONSOLE=ttyAMA0; BUILD=guest/build-arm64.sh
+    : "${GUEST_BOOT_TIMEOUT:=1800}" "${GUEST_SSH_TIMEOUT:=90}" ;;   # TCG: a 6-minute boot, a slow sshd
+*) echo "guest/run.sh: GUEST_ARCH must be amd64 or arm64" >&2; exit 2 ;;
+esac
 SYNC=0
 COPY_REPO=0
 ROOT_CMD=
@@ -38,7 +46,7 @@ done
 CMD=$1
 KEY=$G/ssh/id_ed25519
 for f in "$G/image.raw" "$G/vmlinuz" "$G/initrd.img" "$KEY"; do
-    [ -e "$f" ] || { echo "guest/run.sh: $f is missing: run guest/build.sh first" >&2; exit 2; }
+    [ -e "$f" ] || { echo "guest/run.sh: $f is missing: run $BUILD first" >&2; exit 2; }
 done
 STAMP=$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$G/logs"
@@ -55,7 +63,7 @@ kvm) ACCEL=(-accel kvm -cpu host) ;;
 esac
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 SSH=(ssh -i "$KEY" -p "$PORT" -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
-    -o LogLevel=ERROR -o ConnectTimeout=5 -o ServerAliveInterval=15 -o ServerAliveCountMax=8)
+    -o LogLevel=ERROR -o ConnectTimeout="${GUEST_SSH_TIMEOUT:-5}" -o ServerAliveInterval=15 -o ServerAliveCountMax=8)
 
 WHEEL_DIR=
 if [ "$SYNC" = 1 ]; then
@@ -65,9 +73,9 @@ if [ "$SYNC" = 1 ]; then
 fi
 
 t0=$(now)
-qemu-system-x86_64 "${ACCEL[@]}" -m "${GUEST_MEM:-4096}" -smp "${GUEST_SMP:-2}" \
+"${QEMU_SYSTEM[@]}" "${ACCEL[@]}" -m "${GUEST_MEM:-4096}" -smp "${GUEST_SMP:-2}" \
     -display none -monitor none -serial file:"$SERIAL" -no-reboot \
-    -kernel "$G/vmlinuz" -initrd "$G/initrd.img" -append "root=/dev/vda rw console=ttyS0 panic=-1" \
+    -kernel "$G/vmlinuz" -initrd "$G/initrd.img" -append "root=/dev/vda rw console=$CONSOLE panic=-1" \
     -drive file="$G/image.raw",format=raw,if=virtio,cache=unsafe -snapshot \
     -netdev user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:"$PORT"-:22 -device virtio-net-pci,netdev=n0 \
     </dev/null >"$G/logs/qemu-$STAMP.log" 2>&1 &
