@@ -118,6 +118,16 @@ class Portal:
             done.wait(self.interrupt_wait)
             raise
 
+    def call_settling(self, fn: Callable[[], Awaitable[T]], settle: Callable[[], Awaitable[object]]) -> T:
+        """``call(fn)``; on Ctrl-C, ``settle`` (a bounded interrupt-and-poll; a bridge error from it is
+        swallowed) so the next call is accepted, then ``KeyboardInterrupt`` is re-raised."""
+        try:
+            return self.call(fn)
+        except KeyboardInterrupt:
+            with contextlib.suppress(BridgeError):
+                self.call(settle)
+            raise
+
     def stop(self) -> None:
         """Close the async object and stop the thread (idempotent)."""
         with self._lock:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -10,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._recordings import Recording
 from console_bridge._console._session import AsyncConsole, ConsoleStatus
-from console_bridge._errors import BridgeError
 from console_bridge._identity import check_owner
 from console_bridge._portal import Portal
 from console_bridge._results import CellResult
@@ -110,15 +108,10 @@ class Console(NotCopyable):
         """Run a cell to completion (see :meth:`AsyncConsole.run`). ``on_output`` runs in the caller's
         process but on the console's loop thread."""
         self._check()
-        try:
-            return self._portal.call(
-                lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check)
-            )
-        except KeyboardInterrupt:
-            # Interrupt the cell and wait (bounded) until it stopped, so the next call is accepted.
-            with contextlib.suppress(BridgeError):
-                self._portal.call(self._async.settle, 10.0, on_output)
-            raise
+        return self._portal.call_settling(
+            lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check),
+            lambda: self._async.settle(10.0, on_output),  # interrupt the cell; the next call is accepted
+        )
 
     def settle(self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None) -> CellResult | None:
         """Interrupt the running cell and poll until it stopped (see :meth:`AsyncConsole.settle`)."""

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from console_bridge._connection._handles import NotCopyable, ToolHandle
-from console_bridge._errors import BridgeError
 from console_bridge._identity import Owner
 from console_bridge._portal import BlockingManager, Portal
 from console_bridge._results import CellResult
@@ -66,14 +64,10 @@ class BlockingRayConsole(NotCopyable):
         """Run a cell to completion; ``on_output`` is called in the portal's thread as chunks arrive.
         ``check=True`` raises :class:`CellError` when the cell failed. Ctrl-C interrupts the cell,
         keeps the session and re-raises ``KeyboardInterrupt`` (as :class:`Console`)."""
-        try:
-            return self._portal.call(
-                lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check)
-            )
-        except KeyboardInterrupt:
-            with contextlib.suppress(BridgeError):
-                self._portal.call(self._async.settle, 10.0, on_output)
-            raise
+        return self._portal.call_settling(
+            lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check),
+            lambda: self._async.settle(10.0, on_output),  # interrupt the cell; the next call is accepted
+        )
 
     def settle(self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None) -> CellResult | None:
         """Interrupt the running cell and poll until it stopped (see :meth:`RayConsole.settle`)."""
