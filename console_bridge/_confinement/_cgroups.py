@@ -100,6 +100,7 @@ class SessionCgroups:
     owned: bool = True  # False: a systemd scope's group (systemd removes it; only its counters are read)
     _fds: dict[Path, int] = field(default_factory=dict)
     _counter_files: list[tuple[str, Path, bytes]] | None = None
+    _cpu: tuple[int, bytes | None] | None = None  # the CPU counter's open file, and its key (None: v1)
 
     def counters(self) -> dict[str, int]:
         """Counters that rise when a limit is hit: ``{"memory": oom kills, "processes": fork refusals}``.
@@ -138,11 +139,42 @@ class SessionCgroups:
                     return int(value)
         return 0
 
+    def cpu_counter(self) -> int | None:
+        """The session tree's CPU time so far, in the group's own unit (v2 microseconds, v1
+        nanoseconds), from one open file (a pread: the write watch reads it at every idle wake, see
+        ``_disk.WriteWatch``); None where no group counts it. Only its changes mean anything."""
+        if self._cpu is None:
+            for path in self.paths:
+                name, key = ("cpu.stat", b"usage_usec") if self.version == "cgroup2" else ("cpuacct.usage", None)
+                with contextlib.suppress(OSError):
+                    self._cpu = (os.open(path / name, os.O_RDONLY | os.O_CLOEXEC), key)
+                    break
+            else:
+                return None
+        fd, key = self._cpu
+        try:
+            data = os.pread(fd, 4096, 0)
+        except OSError:
+            return None
+        if key is None:  # cgroup v1's cpuacct.usage: one number
+            data = b"usage " + data
+            key = b"usage"
+        for line in data.splitlines():
+            field_name, _, value = line.partition(b" ")
+            if field_name == key:
+                with contextlib.suppress(ValueError):
+                    return int(value)
+        return None
+
     def close_files(self) -> None:
         for fd in self._fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds.clear()
+        if self._cpu is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._cpu[0])
+            self._cpu = None
 
     def move_worker(self, pid: int) -> bool:
         """Put the worker process (and so everything a cell starts) into the nested group that

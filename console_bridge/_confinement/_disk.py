@@ -134,6 +134,7 @@ class WriteWatch:
         worker_pid: Callable[[], int | None],
         stop_cells: Callable[[bool], None],
         interval: float = 0.25,
+        activity: Callable[[], int | None] | None = None,
         own_tmpfs: Iterable[str] = (),
         memory_limit: int | None = None,
         count_tasks: bool = False,
@@ -152,6 +153,11 @@ class WriteWatch:
         self.tasks_peak = 0
         self._sandbox_init: tuple[int, int] | None = None  # (worker pid, the first process of its pid namespace)
         self.worker_pid, self.stop_cells, self.interval = worker_pid, stop_cells, interval
+        #: a counter that moves whenever a process of the session runs (its group's CPU time), None
+        #: where none counts it: between cells the looks wait while it stands still (``_idle``)
+        self.activity = activity
+        self._ran: int | None = None  # the counter at the start of this wake's look
+        self._quiet: int | None = None  # ... at the start of the last look between cells that found nothing
         self.files_limit = files_limit
         watched = usage is not None and (limit is not None or files_limit is not None)
         if usage is not None and watched and usage.changes is None:
@@ -204,7 +210,8 @@ class WriteWatch:
         # The sandbox's tmpfs (/dev, /dev/shm in it): measured every 20 ms while a cell runs (its
         # mountinfo, a walk to each mount, an fstatvfs: about 0.1 ms; a cell writes to memory at some
         # GB/s, so this bounds the overshoot), every 0.1 s otherwise. Between cells (only what a cell
-        # left behind can write) the writes look five times less often.
+        # left behind can write) the writes look five times less often, and the sandbox's samples and
+        # the walks only when something of the session ran since the last look (``_idle``).
         writes = self._counts
         last_walk = last_shm = spent = 0.0
         while not self._closed:
@@ -222,7 +229,20 @@ class WriteWatch:
             # (_devcap) and is looked at every 0.1 s, as before (a faster loop shifted the server's timing)
             quick = self.memory_limit is not None or self.count_tasks
             shm = self._samples and now - last_shm >= ((0.02 if quick else 0.1) if self.cell_running else 0.5)
-            if writes and not walk:
+            idle = self._idle()
+            # Between cells, nothing of the session ran since the last look that found nothing over: the sandbox's
+            # tmpfs, memory and tasks are as it found them (the wakes keep their pace: the counter is read at each)
+            if idle:
+                shm = False
+                last_shm = now
+                if walk and trusted and self.usage is not None and self.usage.changes is not None:
+                    # ... nor is a walk due while the kernel names no change by anyone else (a write through a shared
+                    # mapping it does not name needs the writer to run: a process of the session's moves
+                    # the counter; one of the host's is not the cells' to answer for)
+                    walk = self.usage.changes.changed()
+                    last_walk = last_walk if walk else now
+            hits = sum(self.hits.values())
+            if writes and not walk:  # (idle too: the kernel names the host's writes, and a read drains them)
                 self.check(stop=True, writes=False, shm=False, fast=True)  # a read of the kernel's events
             if walk or shm:
                 self.check(stop=True, writes=walk, shm=shm)
@@ -230,6 +250,8 @@ class WriteWatch:
                     spent, last_walk = time.monotonic() - now, time.monotonic()
                 if shm:
                     last_shm = now
+            if not idle and sum(self.hits.values()) == hits and (shm or not self._samples):
+                self._quiet = self._ran  # a look that found nothing over: the counter it started from
             # the kernel's changes are a read of one descriptor: every 5 ms while a cell runs (a cell writes
             # to the page cache at some GB/s: this bounds the overshoot)
             pace = 0.02 * slow if writes or self.cell_running else 0.1 * slow
@@ -238,6 +260,26 @@ class WriteWatch:
             self._wake.wait(pace)
             if not self._closed:
                 self._wake.clear()
+
+    def _idle(self) -> bool:
+        """Between cells: has nothing of the session run since the start of the last look that found
+        nothing over? Then nothing could have written since (a write, to a file or to memory, is work
+        of the writing process, counted in the session's CPU time: a background process a cell left
+        moves the counter the moment it runs, and the next wake looks), and the look can wait. The
+        counter is read before each look (``check``): what runs during a look shows at the next
+        wake. Any cell start, a look that found something over, or no counter at all: not idle."""
+        if self.cell_running or self.activity is None:
+            self._quiet = None
+            return False
+        try:
+            ran = self.activity()
+        except Exception:
+            ran = None
+        if ran is None or ran != self._quiet:
+            self._quiet = None
+            self._ran = ran
+            return False
+        return True
 
     def _tick(self) -> None:
         """During a walk (under the lock): the changes since it began overdraw a limit, the cells stop now."""

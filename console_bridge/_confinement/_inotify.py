@@ -14,6 +14,7 @@ import collections
 import ctypes
 import ctypes.util
 import os
+import select
 import struct
 import threading
 import weakref
@@ -259,6 +260,17 @@ class ChangeWatch(_Watch):
             self.complete, self.failed = False, True
         else:
             self.folders[wd] = folder
+
+    def changed(self) -> bool:
+        """Did anything change since the last walk (a change counted or one still queued)? A select of
+        the descriptor, nothing read: with ``complete``, False means the trees are as the walk found them
+        but for writes through a shared mapping, which the kernel does not name."""
+        if self.grown or self.created or self.fd < 0:
+            return True
+        try:
+            return bool(select.select([self.fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
 
     def walked(self) -> None:
         """A walk just counted everything: growth counts from here (what changed during the walk is

@@ -168,6 +168,7 @@ class SessionConfinement:
             shm_limit=self.confinement.tmpfs_size,
             worker_pid=lambda: self._worker.pid if self._worker is not None else None,
             stop_cells=self.stop_cells,
+            activity=self._cpu_counter,
             own_tmpfs=[str(self.entry.tmpdir)],
             memory_limit=int(reports["memory"].value or 0) if watched else None,
             count_tasks=reports["processes"].enforced_by == Mechanism.USERNS_RLIMIT,
@@ -175,6 +176,11 @@ class SessionConfinement:
         )
         recording = reports["recording"].value
         self.recording_cap = RecordingCap(int(recording)) if recording is not None else None
+
+    def _cpu_counter(self) -> int | None:
+        """The session tree's CPU time from its group (the group of the moment: a systemd scope's once
+        adopted); None where no group counts it. The write watch skips its idle looks while it stands."""
+        return self.confinement.cgroups.cpu_counter() if self.confinement is not None else None
 
     def stop_cells(self, with_worker: bool = True) -> None:
         """Kill what the cells run (see ``kill_cells``); called from the write watcher's thread."""

@@ -13,6 +13,7 @@ import resource
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from console_bridge import AsyncConsole, LaunchRefused, Limits
@@ -137,6 +138,47 @@ async def test_a_background_writer_left_by_a_cell_is_stopped_too(workspace: Path
                 break
             size = now
         assert limit - 8 * MiB <= size < limit + 512 * MiB, size
+        after = await c.run(python="print(1 + 1)")
+        assert after.text.strip() == "2", after
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+@console_tests
+async def test_a_writer_left_asleep_by_a_cell_is_stopped_when_it_wakes_in_an_idle_session(
+    workspace: Path, recordings: Path
+) -> None:
+    """Issue 35: between cells the watch skips its looks while nothing of the session runs (its CPU time
+    stands still). A process a cell left, blocked until the session is idle and then writing, is stopped."""
+    os.mkfifo(workspace / "go")
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', \"import time\\nopen('go').read()\\n"
+        "with open('bg.bin', 'wb') as f:\\n    for _ in range(3000):\\n"
+        "        f.write(b'q' * (1 << 20)); f.flush(); time.sleep(0.002)\"], start_new_session=True)\n"
+        "print('started')"
+    )
+    limit = 32 * MiB
+    async with _console(workspace, profile="workspace", limits=Limits(writes=limit), recordings_dir=recordings) as c:
+        out = await c.run(python=code)
+        assert out.text.strip() == "started", out
+        watch = c._confined.watch
+        assert watch is not None
+        for _ in range(200):  # the watch goes idle: its looks wait for the session to run again
+            if watch.activity is None or watch.activity() is None or watch._quiet is not None:
+                break
+            await anyio.sleep(0.05)
+        assert watch.activity is None or watch.activity() is None or watch._quiet is not None
+        await anyio.to_thread.run_sync((workspace / "go").write_text, "go")  # the writer wakes: no cell runs
+        size = -1
+        for _ in range(400):
+            await anyio.sleep(0.1)
+            now = (workspace / "bg.bin").stat().st_size if (workspace / "bg.bin").exists() else 0
+            if now == size and now >= limit - 8 * MiB:
+                break
+            size = now
+        assert limit - 8 * MiB <= size < limit + 512 * MiB, size
+        assert watch.hits["writes"] >= 1
         after = await c.run(python="print(1 + 1)")
         assert after.text.strip() == "2", after
 
