@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import select
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,16 +19,15 @@ import platformdirs
 import psutil
 
 from console_bridge._confinement._deny import deny_paths, expand_deny, secret_names
-from console_bridge._confinement._devcap import cap_dev
 from console_bridge._confinement._disk import FolderUsage, WriteWatch, kill_cells
 from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
 from console_bridge._confinement._limits import Limits, Mechanism
 from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
-from console_bridge._confinement._proctree import descendants
 from console_bridge._confinement._recording_cap import RecordingCap
 from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir, r_hooks_dir, register, state_dir
 from console_bridge._confinement._view import View, build_view
+from console_bridge._console._adopted_worker import AdoptedWorker
 from console_bridge._console._environments import session_environments
 from console_bridge._console._limit_text import fork_refused, limit_text, out_of_memory
 from console_bridge._console._probe import StartProbe
@@ -54,9 +52,7 @@ class SessionConfinement:
         self._tmp_was_full = False
         self._counters: dict[str, int] = {}
         self._tasks_seen = 0  # the session's tasks when the last cell ended (see limit_hit)
-        self._worker: psutil.Process | None = None
-        self._worker_fd: int | None = None  # a pidfd of the adopted worker: its liveness in one poll
-        self._worker_poll: select.poll | None = None
+        self.worker = AdoptedWorker()
         self._r_profile: Path | None = None
         self._tmp_fd: int | None = None
         self.watch: WriteWatch | None = None  # the writes limit and /dev/shm's cap (see _confinement._disk)
@@ -65,7 +61,6 @@ class SessionConfinement:
         self._shm_hit = False
         self._memory_stopped = False  # the memory watch stopped the last cell (else the RLIMIT_AS backstop)
         self._shm_full = False  # the sandbox's /dev, capped by the kernel, became full in the last cell
-        self.dev_capped: bool | None = None  # the worker's /dev got the TMPDIR's cap as a tmpfs size (_devcap)
 
     # ------------------------------------------------------------------ start
     def prepare(self, *, owner: str, profile: str, recording_base: Path, writable: bool = True) -> None:
@@ -166,7 +161,7 @@ class SessionConfinement:
             usage,
             int(writes) if writes is not None else None,
             shm_limit=self.confinement.tmpfs_size,
-            worker_pid=lambda: self._worker.pid if self._worker is not None else None,
+            worker_pid=lambda: self.worker.pid,
             stop_cells=self.stop_cells,
             activity=self._cpu_counter,
             own_tmpfs=[str(self.entry.tmpdir)],
@@ -184,8 +179,9 @@ class SessionConfinement:
 
     def stop_cells(self, with_worker: bool = True) -> None:
         """Kill what the cells run (see ``kill_cells``); called from the write watcher's thread."""
-        if self._worker is not None:
-            kill_cells(self._worker, with_worker=with_worker)
+        worker = self.worker.process
+        if worker is not None:
+            kill_cells(worker, with_worker=with_worker)
 
     def path_env(self) -> dict[str, str]:
         """``{"PATH": ...}`` when the view hides commands from the server's PATH, else nothing."""
@@ -259,7 +255,7 @@ class SessionConfinement:
     # ----------------------------------------------------------------- limits
     def reports(self) -> dict[str, dict[str, Any]]:
         reports = self.confinement.report_dict() if self.confinement is not None else {}
-        if self.dev_capped and "tmpdir" in reports:
+        if self.worker.dev_capped and "tmpdir" in reports:
             reports["tmpdir"]["note"] = (
                 "a size-capped tmpfs in the session's view; /dev/shm in the sandbox: the same cap, as the size of "
                 "the sandbox's /dev tmpfs (remounted when the worker started)"
@@ -305,77 +301,11 @@ class SessionConfinement:
         if not self._adopts():
             return True
         self._place_worker()
-        return self._worker is not None
+        return self.worker.process is not None
 
     def _place_worker(self) -> None:
-        """Adopt a (new) worker process: move it into the nested process-limit group, and lift
-        the recording's RLIMIT_FSIZE (meant for the server's raw logs) off it, so cells may
-        write large files to TMPDIR and the workspace. One stat per cell while the worker
-        lives; a walk of the session's tree only when it changed."""
-        if self._worker is not None and self._worker_alive():
-            return
-        self._forget_worker()
-        if self.entry is None or self.entry.supervisor_pid is None or self.confinement is None:
-            return
-        tree = descendants(self.entry.supervisor_pid)
-        if tree is None:
-            return
-        for proc in tree:
-            with contextlib.suppress(psutil.Error):
-                argv = proc.cmdline()
-                if len(argv) > 1 and argv[1] == "worker" and os.path.basename(argv[0]) == "mcp-console":
-                    if "fsize" in self.confinement.rlimits:
-                        _, hard = proc.rlimit(psutil.RLIMIT_FSIZE)
-                        proc.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
-                    processes = self.confinement.reports["processes"].value
-                    if "nproc" in self.confinement.child_rlimits and isinstance(processes, int):
-                        # the cells get the limit itself; the server and its helpers keep the headroom
-                        proc.rlimit(psutil.RLIMIT_NPROC, (processes, processes))
-                    if self.confinement.cgroups.cells is None or self.confinement.cgroups.move_worker(proc.pid):
-                        self._adopt_worker(proc)
-                        self._cap_dev(proc.pid)
-                    return
-
-    def _cap_dev(self, pid: int) -> None:
-        """The worker's sandbox ``/dev`` (and so ``/dev/shm``) gets the TMPDIR's cap as its tmpfs size."""
-        size = self.confinement.tmpfs_size if self.confinement is not None else None
-        if size is not None:
-            self.dev_capped = cap_dev(pid, size) is None
-
-    def _adopt_worker(self, proc: psutil.Process) -> None:
-        self._worker = proc
-        pidfd_open = getattr(os, "pidfd_open", None)
-        if pidfd_open is not None:
-            with contextlib.suppress(OSError):
-                fd = pidfd_open(proc.pid)
-                if proc.is_running():  # the pid was not reused between the listing and the open
-                    self._worker_fd = fd
-                    self._worker_poll = select.poll()
-                    self._worker_poll.register(fd, select.POLLIN)
-                else:
-                    os.close(fd)
-
-    def _worker_alive(self) -> bool:
-        """Is the adopted worker still running? Before every cell: a poll of its pidfd (about a
-        microsecond), psutil's create-time check where there is no pidfd."""
-        if self._worker_poll is not None:
-            try:
-                return not self._worker_poll.poll(0)  # a pidfd is readable once its process exited
-            except OSError:
-                return False
-        if self._worker is None:
-            return False
-        with contextlib.suppress(psutil.Error):
-            return self._worker.is_running()
-        return False
-
-    def _forget_worker(self) -> None:
-        self._worker = None
-        self._worker_poll = None
-        if self._worker_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._worker_fd)
-            self._worker_fd = None
+        if self.confinement is not None:
+            self.worker.place(self.entry.supervisor_pid if self.entry is not None else None, self.confinement)
 
     def _read_counters(self) -> dict[str, int]:
         return self.confinement.cgroups.counters() if self.confinement is not None else {}
@@ -400,7 +330,8 @@ class SessionConfinement:
             # The kernel refuses at `limit` tasks of the namespace (a few may have ended since). Only
             # a cell that took the count there ran into it: children a cell never waited for stay as
             # zombies and still count, and a later cell that starts nothing has not hit anything.
-            tasks, tasks_before = self._tree_tasks(), self._tasks_seen
+            supervisor = self.entry.supervisor_pid if self.entry is not None else None
+            tasks, tasks_before = self.worker.namespace_tasks(supervisor), self._tasks_seen
             self._tasks_seen = tasks
             # ... or took it there while it ran (a bomb that caught its EAGAIN and reaped its children):
             # the watch's peak of the sandbox's tasks, the server's and its helpers' beside them
@@ -439,23 +370,6 @@ class SessionConfinement:
         if watch.hits["files"] > before.get("files", 0):
             return "files"
         return "tmpdir" if self._shm_hit or self._shm_full else None
-
-    def _tree_tasks(self) -> int:
-        """Tasks (threads included) in the worker's user namespace: what the cells' RLIMIT_NPROC counts."""
-        worker = self._worker
-        if worker is None or self.entry is None or self.entry.supervisor_pid is None:
-            return 0
-        try:
-            namespace = os.readlink(f"/proc/{worker.pid}/ns/user")
-            tree = psutil.Process(self.entry.supervisor_pid).children(recursive=True)
-        except (OSError, psutil.Error):
-            return 0
-        total = 0
-        for proc in tree:
-            with contextlib.suppress(OSError, psutil.Error):
-                if os.readlink(f"/proc/{proc.pid}/ns/user") == namespace:
-                    total += proc.num_threads()
-        return total
 
     def _tree_cpu_seconds(self) -> float:
         """CPU time the session's processes used so far (where no cgroup counts it)."""
@@ -592,7 +506,7 @@ class SessionConfinement:
             self.watch.close()
         if self.recording_cap is not None:
             self.recording_cap.close()
-        self._forget_worker()
+        self.worker.forget()
         if self.entry is not None:
             with contextlib.suppress(OSError):
                 if self.entry.path.exists():

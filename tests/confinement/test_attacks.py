@@ -142,7 +142,7 @@ async def test_the_worker_is_under_the_process_limit_when_start_returns(workspac
     async with _console(workspace, limits=Limits(processes=64), recordings_dir=recordings) as console:
         confined = console._confined
         assert confined.confinement is not None
-        worker = confined._worker
+        worker = confined.worker.process
         assert worker is not None and worker.cmdline()[1] == "worker"
         cells = confined.confinement.cgroups.cells
         if cells is not None:  # a nested cells group (cgroup v1, a systemd scope)
@@ -151,7 +151,7 @@ async def test_the_worker_is_under_the_process_limit_when_start_returns(workspac
             assert "nproc" in confined.confinement.child_rlimits
             assert worker.rlimit(psutil.RLIMIT_NPROC) == (64, 64)
         assert (await console.run(python="1 + 1")).text.strip() == "2"
-        assert confined._worker is worker  # the first cell found it adopted
+        assert confined.worker.process is worker  # the first cell found it adopted
 
 
 def _fork_bomb(child: str) -> str:

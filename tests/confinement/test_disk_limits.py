@@ -426,7 +426,7 @@ async def test_a_cell_sent_to_a_worker_killed_while_idle_fails_clearly(workspace
 
     async with _console(workspace, recordings_dir=recordings) as c:
         await c.run(python="x = 1")
-        worker = c._confined._worker  # the worker the session adopted before that cell
+        worker = c._confined.worker.process  # the worker the session adopted before that cell
         assert worker is not None
         kill_cells(worker)
         lost = await c.run(python="print('ran')")
