@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from console_bridge._console._model_schema import consistent_text, model_schema
-from console_bridge.cli._serve_contract import (
+from console_bridge._serve._contract import (
     CONSOLE_ID,
     CONSOLE_ID_HEADER,
     Lifetimes,
     console_tools,
     strip_nulls,
 )
-from console_bridge.cli._serve_mcp import header_mismatch
+from console_bridge._serve._mcp import header_mismatch
 
 # What mcp-console 0.0.6 gives (abridged to the sentences that used to contradict serve's caps).
 DESCRIPTION = (
@@ -188,7 +188,7 @@ async def test_serve_and_the_library_give_the_model_one_schema(tmp_path: Any, de
     """Issue 32/33: serve's ``send`` is the console's own model tool (one definition,
     ``_console._model_schema``) with ``console_id`` added; nothing else differs."""
     from console_bridge import AsyncConsole
-    from console_bridge.cli._serve_mcp import learn
+    from console_bridge._serve._mcp import learn
     from tests.console.conftest import binary_for
 
     async with AsyncConsole(tmp_path, command=str(binary_for("0.0.6")), dependencies=dependencies) as console:

@@ -6,7 +6,7 @@ import pytest
 from mcp.server.streamable_http import EventMessage
 from mcp_types import JSONRPCNotification, JSONRPCResponse
 
-from console_bridge.cli._serve_events import BoundedEventStore
+from console_bridge._serve._events import BoundedEventStore
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""The hot request's own paths: ``send`` answered beside the MCP SDK over stdio (``_serve_fast``) and
+"""The hot request's own paths: ``send`` answered beside the MCP SDK over stdio (``_fast``) and
 as one JSON body over HTTP (``plain_reply``). Each test sets the fast answer beside the SDK's
 answer to the same call (a ``progressToken`` sends a request down the SDK's path), so a fast
 path that dropped a check, an audit entry, progress or an error shape fails here."""
@@ -15,8 +15,8 @@ import httpx2
 import pytest
 from anyio.abc import Process
 
-from console_bridge.cli._serve_fast import FastSend
-from console_bridge.cli._serve_http import plain_reply
+from console_bridge._serve._fast import FastSend
+from console_bridge._serve._http import plain_reply
 from tests.serve.conftest import HttpServer, leftovers, serve_args, serve_env
 
 INIT = {

@@ -16,7 +16,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from console_bridge.cli._serve_http import opening_refusal
+from console_bridge._serve._http import opening_refusal
 from tests.serve.conftest import STOP_BOUND, HttpServer
 
 INIT = {

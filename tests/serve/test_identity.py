@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from console_bridge import NotAllowed
-from console_bridge.cli._serve_identity import Identities, parse_tokens
+from console_bridge._serve._identity import Identities, parse_tokens
 
 A = "alice-token-0123456789"
 B = "bob-token-0123456789ab"

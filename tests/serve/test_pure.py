@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from console_bridge import Image, ToolResult
-from console_bridge.cli._serve_contract import validation_schema
-from console_bridge.cli._serve_http import origin_allowed
-from console_bridge.cli._serve_mcp import to_call_result, without_probe
+from console_bridge._serve._contract import validation_schema
+from console_bridge._serve._http import origin_allowed
+from console_bridge._serve._mcp import to_call_result, without_probe
 
 
 @pytest.mark.parametrize(

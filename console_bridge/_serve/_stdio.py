@@ -6,7 +6,7 @@ thread hops per message, most of serve's overhead on a trivial cell. This is the
 transports. As the SDK does, fd 0 is pointed at the null device and fd 1 at stderr while
 serving, so stray output can never corrupt the wire. Used when stdin and stdout are pipes
 (what every MCP host gives a stdio server); otherwise serve falls back to the SDK's transport.
-With a ``FastSend`` (``_serve_fast``) the hot request, a warm ``send``, is answered beside the SDK
+With a ``FastSend`` (``_fast``) the hot request, a warm ``send``, is answered beside the SDK
 instead of through it; every other message takes the SDK's path unchanged.
 """
 
@@ -25,7 +25,7 @@ import pydantic_core
 from anyio.abc import TaskGroup
 from mcp.shared.message import SessionMessage
 
-from console_bridge.cli._serve_fast import FastSend
+from console_bridge._serve._fast import FastSend
 
 __all__ = ["pipes_on_stdio", "stdio_pipes"]
 

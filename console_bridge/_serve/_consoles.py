@@ -26,12 +26,17 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from console_bridge._console._session import AsyncConsole
-from console_bridge._errors import BridgeError, Busy, ConnectionClosed, NotAllowed
-from console_bridge._governance._audit import AuditLog
-from console_bridge._identity import Owner
-from console_bridge._manager._async import AsyncSessionManager
-from console_bridge.cli._serve_contract import CLOSE, OPEN, Lifetimes
+from console_bridge import (
+    AsyncConsole,
+    AsyncSessionManager,
+    AuditLog,
+    BridgeError,
+    Busy,
+    ConnectionClosed,
+    NotAllowed,
+    Owner,
+)
+from console_bridge._serve._contract import CLOSE, OPEN, Lifetimes
 
 __all__ = ["Consoles", "Held"]
 

@@ -1,7 +1,7 @@
 """The MCP face of ``console-bridge serve``: a low-level MCP ``Server`` over consoles held as handles.
 
 The model sees four tools: ``send`` (the console's own governed tool as ``console.tools()``
-builds it, made consistent and strict-safe by ``_serve_contract``, plus ``console_id``),
+builds it, made consistent and strict-safe by ``_contract``, plus ``console_id``),
 ``console_open``, ``console_close`` and ``console_list``; the server's instructions plus the
 bridge's note; and two resources (the verified sandbox and the transcript of the session's own
 console). What it reads is learned once at start from a probe console (``learn``), so listing
@@ -31,15 +31,11 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_PARAM_HEADER_PREFIX, decode_header_value
 
-from console_bridge import __version__
+from console_bridge import AsyncConsole, BridgeError, Busy, ConnectionClosed, Owner, ToolResult, __version__
 from console_bridge._confinement._deny import PROBE_MARK
-from console_bridge._console._session import AsyncConsole
-from console_bridge._errors import BridgeError, Busy, ConnectionClosed
 from console_bridge._hostfs import open_file
-from console_bridge._identity import Owner
-from console_bridge._results import ToolResult
-from console_bridge.cli._serve_consoles import Consoles, Held
-from console_bridge.cli._serve_contract import (
+from console_bridge._serve._consoles import Consoles, Held
+from console_bridge._serve._contract import (
     CLOSE,
     CONSOLE_ID,
     CONSOLE_ID_HEADER,
@@ -283,7 +279,7 @@ ToolCalls = Callable[
 
 def tool_calls(consoles: Consoles, template: Template, options: ServeOptions | None = None) -> ToolCalls:
     """The tools' behaviour, apart from the JSON-RPC layer that carries them: the MCP SDK's server
-    (``build_server``) and the hand-written fast path for ``send`` (``_serve_fast``) both call this,
+    (``build_server``) and the hand-written fast path for ``send`` (``_fast``) both call this,
     so both keep the same checks, console binding, audit (the console's own tool) and error shapes."""
     opts = options or ServeOptions()
     validator = jsonschema.Draft202012Validator(template.validation)

@@ -1,7 +1,7 @@
 """Streamable HTTP for ``console-bridge serve``: a gate in front of the MCP SDK's session manager.
 
 Every request passes the gate first: the path (``/mcp``), the bearer token (401; it names the
-client's identity, see ``_serve_identity``) and the ``Origin`` (403, against DNS rebinding).
+client's identity, see ``_identity``) and the ``Origin`` (403, against DNS rebinding).
 Nothing is claimed here: the SDK serves both protocol eras on the one endpoint (the 2025
 ``initialize`` handshake with ``Mcp-Session-Id``, and 2026-07-28's self-contained requests),
 the identity rides on the request (``scope["user"]``, so the SDK refuses an MCP session to any
@@ -10,7 +10,7 @@ session closes that session's own console. A POST's body is read (bounded) and c
 (:func:`opening_refusal` for one without ``Mcp-Session-Id``: 406 for an ``Accept`` without JSON
 and SSE, 415 for a body that is not ``application/json``, 400 for one that is not JSON-RPC, however
 malformed: bad UTF-8, nesting 10^5 deep, not an object), so no malformed request gets a 500 or a
-traceback. SSE streams are resumable (``_serve_events``: a priming event, ``retry``, ``Last-Event-ID``).
+traceback. SSE streams are resumable (``_events``: a priming event, ``retry``, ``Last-Event-ID``).
 A ``send`` within an MCP session that asks for no progress is answered as one JSON body instead
 (:func:`plain_reply`; the transport allows either for any request, and every client must take
 both): no stream, event store or priming event for the hot request, one write less each way.
@@ -39,12 +39,12 @@ from mcp_types import INTERNAL_ERROR, jsonrpc_message_adapter
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
-from console_bridge._identity import Owner
-from console_bridge.cli._serve_consoles import Consoles
-from console_bridge.cli._serve_contract import CONSOLE_ID_HEADER
-from console_bridge.cli._serve_events import BoundedEventStore
-from console_bridge.cli._serve_identity import Identities
-from console_bridge.cli._serve_mcp import Caller
+from console_bridge import Owner
+from console_bridge._serve._consoles import Consoles
+from console_bridge._serve._contract import CONSOLE_ID_HEADER
+from console_bridge._serve._events import BoundedEventStore
+from console_bridge._serve._identity import Identities
+from console_bridge._serve._mcp import Caller
 
 __all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "host_allowed", "opening_refusal", "origin_allowed", "plain_reply"]
 

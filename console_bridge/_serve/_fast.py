@@ -29,7 +29,7 @@ from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from console_bridge.cli._serve_mcp import Caller, ToolCalls
+from console_bridge._serve._mcp import Caller, ToolCalls
 
 __all__ = ["FastSend"]
 
