@@ -14,7 +14,6 @@ for the tree.
 from typing import TYPE_CHECKING, Any
 
 from console_bridge._confinement._limits import Limits
-from console_bridge._connection._handles import ToolHandle
 from console_bridge._console._recordings import Recording, Recordings
 from console_bridge._console._usage import SessionUsage
 from console_bridge._errors import (
@@ -38,6 +37,7 @@ from console_bridge._errors import (
 )
 from console_bridge._governance._audit import AuditLog
 from console_bridge._governance._policy import ApprovalRequest, Policy
+from console_bridge._handles import ToolHandle
 from console_bridge._identity import Owner, current_owner, run_context
 from console_bridge._results import CellFailure, CellResult, CellUsage, Image, Output, Table, ToolResult
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from console_bridge._manager._blocking import SessionManager
     from console_bridge._manager._info import LatencySummary, ManagerStats, SessionInfo
 
-__version__ = "0.1.0"
+from console_bridge._about import __version__
 
 # The connection and console classes pull in the MCP SDK (about a second to import):
 # they load on first use, so `import console_bridge` and the CLI's --help stay fast.

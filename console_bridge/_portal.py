@@ -19,8 +19,8 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 import anyio.from_thread
 from anyio.from_thread import BlockingPortal
 
-from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._errors import BridgeError, ConnectionClosed
+from console_bridge._handles import NotCopyable, ToolHandle
 from console_bridge._identity import Owner, check_owner
 from console_bridge._results import ToolResult
 

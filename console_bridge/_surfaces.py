@@ -24,7 +24,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 if TYPE_CHECKING:
-    from console_bridge._connection._handles import ToolHandle
+    from console_bridge._handles import ToolHandle
     from console_bridge._identity import Owner
     from console_bridge._results import CellResult
 

@@ -19,13 +19,6 @@ from mcp.shared.exceptions import MCPError
 from console_bridge._config import ServerSpec, StdioSpec, check_auth, load_server_spec
 from console_bridge._confinement._plan import Supervision
 from console_bridge._connection import _input as input_rounds
-from console_bridge._connection._handles import (
-    NotCopyable,
-    ToolHandle,
-    capability_handles,
-    check_prefix,
-    tool_handles,
-)
 from console_bridge._connection._session_host import SessionHost, startup_error
 from console_bridge._connection._startup import start_within
 from console_bridge._connection._status import ConnectionStatus, Page, State
@@ -51,6 +44,13 @@ from console_bridge._errors import (
 )
 from console_bridge._governance._gate import Gate
 from console_bridge._governance._policy import Policy
+from console_bridge._handles import (
+    NotCopyable,
+    ToolHandle,
+    capability_handles,
+    check_prefix,
+    tool_handles,
+)
 from console_bridge._identity import Owner, check_owner
 from console_bridge._results import ToolResult
 from console_bridge._transport._stdio import StdioChild

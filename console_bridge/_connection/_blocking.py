@@ -9,8 +9,8 @@ from typing import Any, Literal
 import httpx2
 
 from console_bridge._connection._async import AsyncMcpConnection, ConnectionStatus, Kind, Page
-from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._governance._policy import Policy
+from console_bridge._handles import NotCopyable, ToolHandle
 from console_bridge._identity import Owner, check_owner
 from console_bridge._portal import Portal
 from console_bridge._results import ToolResult

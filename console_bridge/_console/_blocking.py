@@ -6,9 +6,9 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console._recordings import Recording
 from console_bridge._console._session import AsyncConsole, ConsoleStatus
+from console_bridge._handles import NotCopyable, ToolHandle
 from console_bridge._identity import check_owner
 from console_bridge._portal import Portal
 from console_bridge._results import CellResult

@@ -24,7 +24,6 @@ import platformdirs
 from console_bridge._confinement._limits import Limits, parse_size
 from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._connection._async import AsyncMcpConnection
-from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._console import _values
 from console_bridge._console._call_path import CallPath
 from console_bridge._console._cell_loop import CellLoop, Timing
@@ -43,6 +42,7 @@ from console_bridge._console._worker_boot import WorkerBoot
 from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
 from console_bridge._errors import ConnectionClosed, LaunchRefused, NotAllowed
 from console_bridge._governance._policy import Policy
+from console_bridge._handles import NotCopyable, ToolHandle
 from console_bridge._identity import Owner, check_owner, current_owner
 from console_bridge._results import CellFailure, CellResult
 
@@ -371,7 +371,7 @@ class AsyncConsole(NotCopyable):
         """Write the recording's sidecar: which workspace, profile and owner it belongs to (no secrets)."""
         import getpass
 
-        from console_bridge import __version__
+        from console_bridge._about import __version__
 
         try:
             user = getpass.getuser()

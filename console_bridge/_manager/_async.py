@@ -17,9 +17,9 @@ import anyio
 import psutil
 from anyio.abc import TaskGroup
 
-from console_bridge._connection._handles import NotCopyable
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed, ServerError
+from console_bridge._handles import NotCopyable
 from console_bridge._hostfs import remove_tree
 from console_bridge._identity import Owner
 from console_bridge._manager._culling import observe, verdicts

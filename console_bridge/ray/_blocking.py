@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from console_bridge._connection._handles import NotCopyable, ToolHandle
+from console_bridge._handles import NotCopyable, ToolHandle
 from console_bridge._identity import Owner
 from console_bridge._portal import BlockingManager, Portal
 from console_bridge._results import CellResult

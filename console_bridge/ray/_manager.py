@@ -14,8 +14,8 @@ import anyio
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from console_bridge._connection._handles import NotCopyable
 from console_bridge._errors import Busy, ConnectionClosed, LaunchRefused, NotAllowed
+from console_bridge._handles import NotCopyable
 from console_bridge._identity import Owner
 from console_bridge._manager._info import ManagerStats, SessionInfo
 from console_bridge.ray._host import NodeHost

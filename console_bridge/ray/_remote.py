@@ -10,8 +10,8 @@ import anyio
 import ray
 import ray.exceptions
 
-from console_bridge._connection._handles import NotCopyable, ToolHandle
 from console_bridge._errors import BridgeError, ConnectionClosed, NotAllowed
+from console_bridge._handles import NotCopyable, ToolHandle
 from console_bridge._identity import Owner, check_owner, current_owner
 from console_bridge._results import CellResult
 from console_bridge.ray._host import RayConsoleStatus, ToolSpec
