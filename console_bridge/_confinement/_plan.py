@@ -122,20 +122,32 @@ class Confinement:
 
 @dataclass(frozen=True)
 class Supervision:
-    """What a supervised stdio child gets beyond the defaults: limits, its TMPDIR, its view, folders to remove."""
+    """What a supervised stdio child gets beyond the defaults: limits, its TMPDIR, its view, folders
+    to remove. The transport starts its child through :meth:`command` and :attr:`env` (it knows
+    no confinement: ``_transport._stdio.Supervised``)."""
 
-    confinement: Confinement | None
-    tmpdir: Path | None
+    confinement: Confinement | None = None
+    tmpdir: Path | None = None
     cleanup: tuple[Path, ...] = ()
     view: dict[str, Any] | None = None
 
-    def as_kwargs(self) -> dict[str, Any]:
-        return {
-            "confinement": self.confinement,
-            "tmpdir": self.tmpdir,
-            "cleanup": list(self.cleanup),
-            "view": self.view,
-        }
+    def command(self, argv: list[str], *, cwd: str | None, grace: float) -> list[str]:
+        """The command line that starts ``argv`` under the supervisor (see :func:`supervisor_command`)."""
+        return supervisor_command(
+            argv,
+            cwd=cwd,
+            grace=grace,
+            confinement=self.confinement,
+            tmpdir=self.tmpdir,
+            cleanup=list(self.cleanup),
+            view=self.view,
+        )
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables the command needs on top of the server's (systemd-run finds the user manager through
+        these; the supervisor drops them before the server starts)."""
+        return dict(self.confinement.scope_env) if self.confinement is not None else {}
 
 
 def _scope_command(host: HostKind, unit: str, memory: int | None, tasks: int | None, cpu: float | None) -> list[str]:

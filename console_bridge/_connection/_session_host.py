@@ -126,7 +126,7 @@ class SessionHost:
                 cwd=spec.cwd,
                 stderr_limit=self._stderr_limit,
                 shutdown_grace=self._shutdown_grace,
-                **(self._supervision.as_kwargs() if self._supervision is not None else {}),
+                supervised=self._supervision if self._supervision is not None else Supervision(),
             )
         )
         return self.child.read_stream, self.child.write_stream

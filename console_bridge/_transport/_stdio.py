@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import anyio
 import mcp_types
@@ -27,10 +27,22 @@ from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from console_bridge._confinement._plan import Confinement, supervisor_command
 from console_bridge._transport._process import ProcessTree
 
-__all__ = ["MAX_MESSAGE_BYTES", "StderrRing", "StdioChild", "base_environment", "open_stdio"]
+__all__ = ["MAX_MESSAGE_BYTES", "StderrRing", "StdioChild", "Supervised", "base_environment", "open_stdio"]
+
+
+class Supervised(Protocol):
+    """How a stdio child is started under its supervisor: the command line that wraps the server's,
+    and the variables that command needs. ``_confinement._plan.Supervision`` is the one there is
+    (the supervisor owns the server's process tree, and the session's limits and view with it);
+    the transport knows only this shape."""
+
+    def command(self, argv: list[str], *, cwd: str | None, grace: float) -> list[str]: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
 
 #: Environment variables a stdio child inherits from the host (plus ``LC_*``).
 INHERITED_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
@@ -190,12 +202,9 @@ async def open_stdio(
     cwd: Path | None,
     stderr_limit: int,
     shutdown_grace: float,
-    confinement: Confinement | None = None,
-    tmpdir: Path | None = None,
-    cleanup: list[Path] | None = None,
-    view: dict[str, Any] | None = None,
+    supervised: Supervised,
 ) -> AsyncIterator[StdioChild]:
-    """Start ``command`` under the supervisor and yield a :class:`StdioChild`; on exit stop
+    """Start ``command`` under the supervisor (``supervised`` says how) and yield a :class:`StdioChild`; on exit stop
     it and every descendant.
 
     Raises OSError when the command is missing or the spawn fails. Shutdown is shielded
@@ -204,17 +213,8 @@ async def open_stdio(
     ``shutdown_grace`` again, then SIGKILL the supervisor, its group and its descendants.
     """
     executable = resolve_executable(command, env, cwd)
-    argv = supervisor_command(
-        [executable, *args],
-        cwd=str(cwd) if cwd is not None else None,
-        grace=shutdown_grace,
-        confinement=confinement,
-        tmpdir=tmpdir,
-        cleanup=cleanup,
-        view=view,
-    )
-    # systemd-run finds the user manager through these; the supervisor drops them before the server starts.
-    scope_env = confinement.scope_env if confinement is not None else {}
+    argv = supervised.command([executable, *args], cwd=str(cwd) if cwd is not None else None, grace=shutdown_grace)
+    scope_env = dict(supervised.env)
     # The server's stdin is a socket the supervisor passes on as it is (no copy, no wake-up of
     # the supervisor per request); what the server sends still comes back on its stdout pipe.
     host_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
