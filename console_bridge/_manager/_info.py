@@ -14,6 +14,7 @@ from console_bridge._errors import LaunchRefused
 from console_bridge._identity import Owner
 
 __all__ = [
+    "CullWords",
     "LatencySummary",
     "ManagerStats",
     "SessionInfo",
@@ -116,6 +117,15 @@ def refill_count(*, target: int, warm: int, live: int, max_sessions: int, waitin
     return max(0, min(target - warm, max_sessions - live))
 
 
+@dataclass(frozen=True)
+class CullWords:
+    """How a culled session's close reason reads (``{:g}`` is the limit in seconds): the manager's
+    words by default; ``serve`` names its command-line options instead."""
+
+    lifetime: str = "closed by the session manager after reaching max_lifetime={:g} s"
+    idle: str = "closed by the session manager after {:g} s idle"
+
+
 def cull_reason(
     *,
     now: float,
@@ -123,12 +133,15 @@ def cull_reason(
     last_used: float,
     idle_timeout: float | None,
     max_lifetime: float | None,
+    busy: bool = False,
+    words: CullWords = CullWords(),
 ) -> str | None:
-    """Why a session must be closed now (monotonic seconds), or None to keep it."""
+    """Why a session must be closed now (monotonic seconds), or None to keep it: the one rule of the
+    manager's culling and of ``serve``'s consoles. A ``busy`` session (a cell running) is never idle."""
     if max_lifetime is not None and now - created >= max_lifetime:
-        return f"closed by the session manager after reaching max_lifetime={max_lifetime:g} s"
-    if idle_timeout is not None and now - last_used >= idle_timeout:
-        return f"closed by the session manager after {idle_timeout:g} s idle"
+        return words.lifetime.format(max_lifetime)
+    if idle_timeout is not None and not busy and now - last_used >= idle_timeout:
+        return words.idle.format(idle_timeout)
     return None
 
 

@@ -36,6 +36,7 @@ from console_bridge import (
     NotAllowed,
     Owner,
 )
+from console_bridge._manager._info import CullWords, cull_reason
 from console_bridge._serve._contract import CLOSE, OPEN, Lifetimes
 
 __all__ = ["Consoles", "Held"]
@@ -57,6 +58,15 @@ def _audit_refusal(held: Held, identity: Owner) -> None:
         )
 
 
+#: the manager's culling rule (``cull_reason``), in words naming serve's options
+_CULLED = CullWords(
+    lifetime="closed after {:g} s, the longest a console lives here (--max-lifetime)",
+    idle="closed after {:g} s without use (--idle-timeout)",
+)
+_SESSION_IDLE = CullWords(
+    idle="closed after {:g} s with no request on its MCP session (--session-idle-timeout; a console_open handle "
+    "lives to --idle-timeout)"
+)
 _ENDED_KEPT = 10_000  # ended handles remembered (to say why they ended), oldest forgotten first
 
 
@@ -275,20 +285,25 @@ class Consoles:
             if held.console.status().state == "closed":
                 self._forget(held, held.console.close_reason or "stopped (its server exited)")
                 continue
-            why = None
-            if limits.max_lifetime is not None and now - held.opened >= limits.max_lifetime:
-                why = f"closed after {limits.max_lifetime:g} s, the longest a console lives here (--max-lifetime)"
-            elif limits.idle_timeout is not None and not held.busy() and now - held.last_used >= limits.idle_timeout:
-                why = f"closed after {limits.idle_timeout:g} s without use (--idle-timeout)"
-            elif (
-                limits.session_idle_timeout is not None
-                and held.session is not None
-                and not held.busy()
-                and now - held.last_used >= limits.session_idle_timeout
-            ):
-                why = (
-                    f"closed after {limits.session_idle_timeout:g} s with no request on its MCP session "
-                    "(--session-idle-timeout; a console_open handle lives to --idle-timeout)"
+            busy = held.busy()
+            why = cull_reason(
+                now=now,
+                created=held.opened,
+                last_used=held.last_used,
+                idle_timeout=limits.idle_timeout,
+                max_lifetime=limits.max_lifetime,
+                busy=busy,
+                words=_CULLED,
+            )
+            if why is None and held.session is not None:
+                why = cull_reason(
+                    now=now,
+                    created=held.opened,
+                    last_used=held.last_used,
+                    idle_timeout=limits.session_idle_timeout,
+                    max_lifetime=None,
+                    busy=busy,
+                    words=_SESSION_IDLE,
                 )
             if why is not None:
                 self._spawn(self._retire, held, why)

@@ -14,7 +14,7 @@ from console_bridge import AsyncSessionManager, ConnectionClosed, LaunchRefused,
 from console_bridge._console._session import AsyncConsole
 from console_bridge._manager._culling import verdicts
 from console_bridge._manager._entry import Entry
-from console_bridge._manager._info import SessionState, cull_reason, percentile, refill_count
+from console_bridge._manager._info import CullWords, SessionState, cull_reason, percentile, refill_count
 
 
 def test_refill_fills_to_the_target_within_capacity() -> None:
@@ -63,6 +63,16 @@ def test_cull_reasons_name_the_bound() -> None:
     old = cull_reason(now=61.0, created=0.0, last_used=61.0, idle_timeout=6.0, max_lifetime=60.0)
     assert old == "closed by the session manager after reaching max_lifetime=60 s"
     assert cull_reason(now=1e9, created=0.0, last_used=0.0, idle_timeout=None, max_lifetime=None) is None
+
+
+def test_one_cull_rule_in_other_words_and_a_busy_session_is_never_idle() -> None:
+    """serve culls its consoles by this rule too, in words naming its options (``_serve/_consoles``)."""
+    words = CullWords(lifetime="over {:g} s (--max-lifetime)", idle="idle {:g} s (--idle-timeout)")
+    idle = {"now": 100.0, "created": 0.0, "last_used": 0.0, "idle_timeout": 10.0, "max_lifetime": 600.0}
+    assert cull_reason(**idle, words=words) == "idle 10 s (--idle-timeout)"
+    assert cull_reason(**idle, busy=True, words=words) is None  # a cell running: not idle, however long
+    old = {**idle, "now": 700.0}
+    assert cull_reason(**old, busy=True, words=words) == "over 600 s (--max-lifetime)"  # age culls a busy one
 
 
 def test_percentile_is_nearest_rank() -> None:
