@@ -53,6 +53,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from console_bridge._confinement._mount_steps import MountPlan
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -413,7 +415,7 @@ def _dev(root: str) -> None:
         os.mkdir(f"{target}/{name}", 0o755)
 
 
-def apply_plan(plan: dict[str, Any], userns_fd: int | None = None, owner: int | None = None) -> None:
+def apply_plan(plan: MountPlan, userns_fd: int | None = None, owner: int | None = None) -> None:
     """Build the view described by ``plan`` on ``plan["root"]`` and pivot into it.
 
     With ``userns_fd`` (mode ``"mapped"``) writable binds are idmapped through that user
@@ -422,42 +424,41 @@ def apply_plan(plan: dict[str, Any], userns_fd: int | None = None, owner: int | 
     _makedirs(root)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m", "mounting the view's root")
     for step in plan["steps"]:
-        kind = step["op"]
-        path = str(step.get("path", ""))
-        target = root + path
-        if kind == "bind":
+        target = root + step["path"]
+        if step["op"] == "bind":
             idmap = userns_fd if step.get("idmap") else None  # (the user's own places, in root's sessions)
-            _bind(str(step["source"]), target, writable=bool(step.get("writable")), userns_fd=idmap)
-        elif kind == "symlink":
+            _bind(step["source"], target, writable=bool(step.get("writable")), userns_fd=idmap)
+        elif step["op"] == "symlink":
             _makedirs(os.path.dirname(target))
-            os.symlink(str(step["target"]), target)
-        elif kind == "dir":
+            os.symlink(step["target"], target)
+        elif step["op"] == "dir":
             _makedirs(target)
-        elif kind == "tmpfs":
+        elif step["op"] == "tmpfs":
             _makedirs(target)
             options = f"mode={int(step.get('mode', 0o700)):o}"
-            if step.get("size"):
-                options += f",size={int(step['size'])}"
+            size = step.get("size")
+            if size:
+                options += f",size={int(size)}"
             if step.get("session_owned") and owner is not None:
                 options += f",uid={owner},gid={owner}"
             _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options, "mounting a tmpfs")
-        elif kind == "mask":
+        elif step["op"] == "mask":
             if os.path.isdir(target) and not os.path.islink(target):
                 _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "mode=0000,size=4k", "masking")
             elif os.path.lexists(target):
                 _mount(root + "/.cb-empty", target, None, MS_BIND, None, "masking")
                 _read_only(target)
-        elif kind == "empty":
+        elif step["op"] == "empty":
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o000)
             os.close(fd)
-        elif kind == "dev":
+        elif step["op"] == "dev":
             _dev(root)
-        elif kind == "proc":
+        elif step["op"] == "proc":
             _bind("/proc", target, writable=True)
-        elif kind == "shim":
+        elif step["op"] == "shim":
             fill_shim(target, [str(source) for source in step["sources"]], set(step["hide"]))
         else:
-            raise SetupError(f"unknown mount plan step {kind!r}")
+            raise SetupError(f"unknown mount plan step {step!r}")
     if os.path.lexists(root + "/.cb-empty"):  # the masks hold it; nothing else needs its name
         os.unlink(root + "/.cb-empty")
     _pivot(root)

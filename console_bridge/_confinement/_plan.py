@@ -43,6 +43,7 @@ from console_bridge._confinement._cgroups import (
 )
 from console_bridge._confinement._host import HostKind, detect_host
 from console_bridge._confinement._limits import LIMIT_NAMES, LimitReport, Limits, Mechanism, show_size
+from console_bridge._confinement._mount_steps import MountPlan
 from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._errors import LaunchRefused
 
@@ -129,7 +130,7 @@ class Supervision:
     confinement: Confinement | None = None
     tmpdir: Path | None = None
     cleanup: tuple[Path, ...] = ()
-    view: dict[str, Any] | None = None
+    view: MountPlan | None = None
 
     def command(self, argv: list[str], *, cwd: str | None, grace: float) -> list[str]:
         """The command line that starts ``argv`` under the supervisor (see :func:`supervisor_command`)."""
@@ -398,7 +399,7 @@ def supervisor_command(
     confinement: Confinement | None = None,
     tmpdir: Path | None = None,
     cleanup: list[Path] | None = None,
-    view: dict[str, Any] | None = None,
+    view: MountPlan | None = None,
 ) -> list[str]:
     """``python -I -S _supervisor.py CONFIG`` for ``argv`` (the server, resolved to a path),
     inside ``systemd-run --scope`` when the session's limits live in a scope of its own."""

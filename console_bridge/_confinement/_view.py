@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from console_bridge._confinement._mount_steps import MountPlan, MountStep, WatchSpec
+
 __all__ = ["RUNTIME_DIRS", "SHIM_DIR", "View", "ViewEntry", "build_view", "etc_secrets"]
 
 #: The operating system runtime every view holds (those that exist; symlinks kept as symlinks).
@@ -100,9 +102,9 @@ class View:
         places += [link for link, _ in self.symlinks]
         return any(_inside(text, place) for place in places)
 
-    def plan(self) -> dict[str, Any]:
+    def plan(self) -> MountPlan:
         """The steps the supervisor applies, in order (parents before children)."""
-        steps: list[dict[str, Any]] = [{"op": "empty", "path": "/.cb-empty"}]
+        steps: list[MountStep] = [{"op": "empty", "path": "/.cb-empty"}]
         for link, target in self.symlinks:
             steps.append({"op": "symlink", "path": link, "target": target})
         # The server's own /tmp (mcp-console makes a folder there); cells see it read-only.
@@ -119,7 +121,7 @@ class View:
             )
         for folder in self.extra_dirs:
             steps.append({"op": "dir", "path": folder})
-        steps.append({"op": "dev"})
+        steps.append({"op": "dev", "path": "/dev"})
         steps.append({"op": "tmpfs", "path": "/dev/shm", "mode": 0o1777, "size": self.tmpdir_size})
         steps.append({"op": "proc", "path": "/proc"})
         if self.tmpdir:
@@ -134,7 +136,7 @@ class View:
             )
         for mask in self.masks:
             steps.append({"op": "mask", "path": mask})
-        watch = {"names": list(self.hidden), "etc": self.hidden_tree or None}
+        watch: WatchSpec = {"names": list(self.hidden), "etc": self.hidden_tree or None}
         return {"root": self.root, "steps": steps, "watch": watch}
 
     def describe(self) -> list[dict[str, Any]]:
