@@ -44,6 +44,7 @@ __all__ = [
     "ConnectionClosed",
     "DependenciesRefused",
     "Desynchronized",
+    "InvalidArgument",
     "LaunchRefused",
     "NotAllowed",
     "OwnerMismatch",
@@ -118,6 +119,13 @@ class SandboxMismatch(VerificationFailed):
 
 class DependenciesRefused(VerificationFailed):
     """``dependencies="deny"`` and the server offers or asks for package installs."""
+
+
+class InvalidArgument(BridgeError, ValueError, TypeError):
+    """A value given to a public class or function is not one it takes (the message names the
+    argument and what it takes); nothing was done. Also a ``ValueError`` and a ``TypeError``, as
+    Python's own argument errors are. Arguments that would start a session or a connection are
+    refused as :class:`LaunchRefused`, which says that nothing was started."""
 
 
 class NotAllowed(BridgeError):

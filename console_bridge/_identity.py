@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from console_bridge._errors import OwnerMismatch
+from console_bridge._errors import InvalidArgument, OwnerMismatch
 
 __all__ = ["Owner", "check_owner", "current_owner", "run_context"]
 
@@ -34,9 +34,9 @@ class Owner:
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent_id, str) or not self.agent_id:
-            raise TypeError("Owner.agent_id must be a non-empty string")
+            raise InvalidArgument("Owner.agent_id must be a non-empty string")
         if self.session_id is not None and not isinstance(self.session_id, str):
-            raise TypeError("Owner.session_id must be a string or None")
+            raise InvalidArgument("Owner.session_id must be a string or None")
 
     def __str__(self) -> str:
         return self.agent_id if self.session_id is None else f"{self.agent_id}/{self.session_id}"
@@ -54,7 +54,7 @@ def current_owner() -> Owner | None:
 def run_context(owner: Owner) -> Iterator[Owner]:
     """Mark the enclosed code (across ``await``) as running on behalf of ``owner``."""
     if not isinstance(owner, Owner):
-        raise TypeError(f"run_context() needs an Owner, got {type(owner).__name__}")
+        raise InvalidArgument(f"run_context() needs an Owner, got {type(owner).__name__}")
     token = _current.set(owner)
     try:
         yield owner

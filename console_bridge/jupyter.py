@@ -73,6 +73,7 @@ from console_bridge import (
     CellTimeout,
     Console,
     ConsoleStatus,
+    InvalidArgument,
     Output,
     Owner,
     ServerError,
@@ -505,7 +506,7 @@ class ConsoleMagics(TransferMagics):
 
 def _shell(ipython: object) -> InteractiveShell:
     if not isinstance(ipython, InteractiveShell):
-        raise TypeError(f"expected an IPython InteractiveShell, not {type(ipython).__name__}")
+        raise InvalidArgument(f"expected an IPython InteractiveShell, not {type(ipython).__name__}")
     return ipython
 
 

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from console_bridge._errors import BridgeError
+from console_bridge._errors import BridgeError, InvalidArgument
 
 __all__ = ["AuditLog", "sha256_json"]
 
@@ -90,9 +90,9 @@ class AuditLog:
         if max_file_bytes is not None and (
             isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 1
         ):
-            raise ValueError(f"AuditLog max_file_bytes must be a positive int or None, not {max_file_bytes!r}")
+            raise InvalidArgument(f"AuditLog max_file_bytes must be a positive int or None, not {max_file_bytes!r}")
         if isinstance(backups, bool) or not isinstance(backups, int) or backups < 0:
-            raise ValueError(f"AuditLog backups must be an int >= 0, not {backups!r}")
+            raise InvalidArgument(f"AuditLog backups must be an int >= 0, not {backups!r}")
         self.path = Path(path).expanduser().absolute()
         self.include_content = bool(include_content)
         self.max_file_bytes = max_file_bytes

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from console_bridge._errors import InvalidArgument
 from console_bridge._identity import Owner
 
 if TYPE_CHECKING:
@@ -92,27 +93,29 @@ class Policy:
 
     def __post_init__(self) -> None:
         if self.mode not in ("read_only", "read_write"):
-            raise ValueError(f"Policy.mode must be 'read_only' or 'read_write', not {self.mode!r}")
+            raise InvalidArgument(f"Policy.mode must be 'read_only' or 'read_write', not {self.mode!r}")
         if self.pin_schemas not in ("strict", "on_change", "off"):
-            raise ValueError(f"Policy.pin_schemas must be 'strict', 'on_change' or 'off', not {self.pin_schemas!r}")
+            raise InvalidArgument(
+                f"Policy.pin_schemas must be 'strict', 'on_change' or 'off', not {self.pin_schemas!r}"
+            )
         if self.approve is not None and not callable(self.approve):
-            raise TypeError("Policy.approve must be a callable taking an ApprovalRequest")
+            raise InvalidArgument("Policy.approve must be a callable taking an ApprovalRequest")
         if not isinstance(self.approve_writes, bool) or not isinstance(self.sanitize_descriptions, bool):
-            raise TypeError("Policy.approve_writes and Policy.sanitize_descriptions must be True or False")
+            raise InvalidArgument("Policy.approve_writes and Policy.sanitize_descriptions must be True or False")
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1024:
-            raise ValueError(f"Policy.max_bytes must be an int of at least 1024, not {self.max_bytes!r}")
+            raise InvalidArgument(f"Policy.max_bytes must be an int of at least 1024, not {self.max_bytes!r}")
         chars = self.max_description_chars
         if isinstance(chars, bool) or not isinstance(chars, int) or chars < 1:
-            raise ValueError(f"Policy.max_description_chars must be a positive int, not {chars!r}")
+            raise InvalidArgument(f"Policy.max_description_chars must be a positive int, not {chars!r}")
         timeout = self.approval_timeout
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"Policy.approval_timeout must be a positive number of seconds, not {timeout!r}")
+            raise InvalidArgument(f"Policy.approval_timeout must be a positive number of seconds, not {timeout!r}")
         from console_bridge._governance._audit import AuditLog
 
         log = self.audit
         if log is not None and not isinstance(log, AuditLog):
             if not isinstance(log, str | os.PathLike):
-                raise TypeError("Policy.audit must be an AuditLog, a path, or None")
+                raise InvalidArgument("Policy.audit must be an AuditLog, a path, or None")
             log = AuditLog(log)
         object.__setattr__(self, "_audit_log", log)
 

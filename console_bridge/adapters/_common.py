@@ -16,6 +16,7 @@ from console_bridge import (
     BridgeError,
     ConnectionClosed,
     Image,
+    InvalidArgument,
     OwnerMismatch,
     ToolHandle,
     ToolResult,
@@ -63,14 +64,16 @@ class Outcome:
 def as_handles(handles: Iterable[ToolHandle]) -> list[ToolHandle]:
     """The handles as a list; refuses non-handles and duplicate names (the model could not tell them apart)."""
     if isinstance(handles, ToolHandle | str | bytes | Mapping):
-        raise TypeError("pass a sequence of ToolHandles, e.g. console.tools() or conn.tools()")
+        raise InvalidArgument("pass a sequence of ToolHandles, e.g. console.tools() or conn.tools()")
     found = list(handles)
     seen: set[str] = set()
     for handle in found:
         if not isinstance(handle, ToolHandle):
-            raise TypeError(f"expected ToolHandles (from tools() or capability_tools()), got {type(handle).__name__}")
+            raise InvalidArgument(
+                f"expected ToolHandles (from tools() or capability_tools()), got {type(handle).__name__}"
+            )
         if handle.name in seen:
-            raise ValueError(
+            raise InvalidArgument(
                 f"two handles are named {handle.name!r}; give each connection its own prefix "
                 "(conn.tools(prefix=...)) so every tool name is unique"
             )

@@ -130,6 +130,25 @@ def test_error_tree_matches_the_contract(cls: type[BaseException], parent: type[
     assert cls.__module__.startswith("console_bridge")
 
 
+def test_a_bad_argument_is_a_bridge_error_and_python_s_own_kind() -> None:
+    """Beyond the contract's tree: one class for a value a public class does not take, so every
+    public call raises a BridgeError, and code catching Python's ValueError/TypeError still works."""
+    from console_bridge import AuditLog, InvalidArgument, Owner, Policy
+
+    assert InvalidArgument.__bases__ == (BridgeError, ValueError, TypeError)
+    for make, kind, named in [
+        (lambda: Policy(mode="read_everything"), ValueError, "Policy.mode"),  # type: ignore[arg-type]
+        (lambda: Policy(approve=3), TypeError, "Policy.approve"),  # type: ignore[arg-type]
+        (lambda: Policy(max_bytes=10), ValueError, "Policy.max_bytes"),
+        (lambda: Owner(""), TypeError, "agent_id"),
+        (lambda: AuditLog("/tmp/never-written.jsonl", backups=-1), ValueError, "backups"),
+    ]:
+        with pytest.raises(InvalidArgument) as caught:
+            make()
+        assert isinstance(caught.value, kind) and isinstance(caught.value, BridgeError)
+        assert named in caught.value.message
+
+
 def test_errors_carry_context() -> None:
     error = ConnectionClosed("boom; do this", server="s", pid=42, stderr_tail="last words\n", details={"k": 1})
     assert (error.server, error.pid, error.details) == ("s", 42, {"k": 1})
