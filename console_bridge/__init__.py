@@ -13,8 +13,8 @@ for the tree.
 
 from typing import TYPE_CHECKING, Any
 
+from console_bridge._cells._recordings import Recording, Recordings
 from console_bridge._confinement._limits import Limits
-from console_bridge._console._recordings import Recording, Recordings
 from console_bridge._console._usage import SessionUsage
 from console_bridge._errors import (
     ApprovalDenied,

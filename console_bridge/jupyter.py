@@ -81,7 +81,6 @@ from console_bridge import (
     SessionUsage,
 )
 from console_bridge._confinement._limits import Limits
-from console_bridge._console._profiles import load_profile
 from console_bridge._hygiene import CellOutput, host_line
 from console_bridge._jupyter._options import (
     OptionsError,
@@ -91,6 +90,7 @@ from console_bridge._jupyter._options import (
     plan_session,
 )
 from console_bridge._jupyter._transfer import TRANSFER_MAGICS, TransferMagics, notebook_text, one_line
+from console_bridge._vetting._profiles import load_profile
 
 __all__ = ["ConsoleMagics", "load_ipython_extension", "unload_ipython_extension"]
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from console_bridge import NotAllowed
-from console_bridge._console._recordings import FINISHED, Recordings
+from console_bridge._cells._recordings import FINISHED, Recordings
 from console_bridge._hostfs import (
     copy_tree,
     open_dir,

@@ -230,7 +230,7 @@ def _ticked(cell: str) -> list[str]:
 
 
 def _internal(module: str) -> str:
-    """``_console._profiles`` as the table writes it -> ``console_bridge._console._profiles``."""
+    """``_vetting._profiles`` as the table writes it -> ``console_bridge._vetting._profiles``."""
     return f"{PUBLIC}.{module}" if module != PUBLIC else module
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from console_bridge._console._sandbox import (
+from console_bridge._vetting._sandbox import (
     Network,
     SandboxPolicy,
     SandboxTextError,

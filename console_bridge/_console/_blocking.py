@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from console_bridge._console._recordings import Recording
+from console_bridge._cells._recordings import Recording
 from console_bridge._console._session import AsyncConsole, ConsoleStatus
 from console_bridge._handles import NotCopyable, ToolHandle
 from console_bridge._identity import check_owner

@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 import psutil
 
+from console_bridge._cells._notebook import CellLog
+from console_bridge._cells._notices import BEING_POLLED, BUSY
+from console_bridge._cells._observe import CellObserver, merge, reword_restart
+from console_bridge._cells._recordings import Recording
 from console_bridge._connection._async import AsyncMcpConnection
-from console_bridge._console._cells import BEING_POLLED, BUSY
-from console_bridge._console._notebook import CellLog
-from console_bridge._console._observe import CellObserver, merge, reword_restart
-from console_bridge._console._recordings import Recording
 from console_bridge._console._session_files import SessionFiles
 from console_bridge._console._status import LANGUAGES, SERVER
 from console_bridge._console._usage import CellMeter

@@ -14,10 +14,10 @@ from typing import Any
 
 import anyio
 
+from console_bridge._cells._observe import CellObserver, merge
+from console_bridge._cells._recordings import Recording
 from console_bridge._console._call_path import CallPath
 from console_bridge._console._live_output import LiveOutput
-from console_bridge._console._observe import CellObserver, merge
-from console_bridge._console._recordings import Recording
 from console_bridge._console._status import SERVER
 from console_bridge._console._whole_output import complete
 from console_bridge._errors import Busy, CellTimeout

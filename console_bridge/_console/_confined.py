@@ -28,10 +28,10 @@ from console_bridge._confinement._recording_cap import RecordingCap
 from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir, r_hooks_dir, register, state_dir
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._adopted_worker import AdoptedWorker
-from console_bridge._console._environments import session_environments
 from console_bridge._console._limit_text import fork_refused, limit_text, out_of_memory
-from console_bridge._console._probe import StartProbe
 from console_bridge._results import CellFailure
+from console_bridge._vetting._environments import session_environments
+from console_bridge._vetting._probe import StartProbe
 
 __all__ = ["SessionConfinement"]
 

@@ -17,21 +17,16 @@ from typing import Protocol
 import anyio
 import psutil
 
+from console_bridge._cells._observe import CellObserver
+from console_bridge._cells._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
 from console_bridge._confinement._host import detect_host
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._console._call_path import CallPath
 from console_bridge._console._confined import SessionConfinement
-from console_bridge._console._launch import check_project_config, check_project_overrides, worker_python
 from console_bridge._console._model_tool import ModelTool
-from console_bridge._console._observe import CellObserver
-from console_bridge._console._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
-from console_bridge._console._profiles import Profile, translate
-from console_bridge._console._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
 from console_bridge._console._status import LANGUAGES, SERVER
 from console_bridge._console._usage import CellMeter, TreeMeter, WorkerMeter, group_meter
-from console_bridge._console._version import Binary, check_binary, resolve_command
 from console_bridge._console._worker_boot import WorkerBoot
-from console_bridge._console._worker_env import checked_venv
 from console_bridge._errors import (
     BridgeError,
     CallTimeout,
@@ -45,6 +40,11 @@ from console_bridge._errors import (
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner, check_owner
 from console_bridge._transport._stdio import base_environment
+from console_bridge._vetting._launch import check_project_config, check_project_overrides, worker_python
+from console_bridge._vetting._profiles import Profile, translate
+from console_bridge._vetting._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
+from console_bridge._vetting._version import Binary, check_binary, resolve_command
+from console_bridge._vetting._worker_env import checked_venv
 
 __all__ = ["LaunchInputs", "LaunchOptions", "Launcher", "sandbox_refusal"]
 

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from console_bridge._console._cells import (
+from console_bridge._cells._notices import (
     DISPLAY_END,
     DISPLAY_SEP,
     DISPLAY_START,
@@ -35,7 +35,7 @@ from console_bridge._console._cells import (
     Segments,
     join_segments,
 )
-from console_bridge._console._observe import CellObserver, split_chunk
+from console_bridge._cells._observe import CellObserver, split_chunk
 from console_bridge._console._whole_output import OMITTED, raw_log, stream_at
 from console_bridge._hostfs import open_regular
 from console_bridge._results import CellResult

@@ -11,8 +11,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from console_bridge._cells._observe import for_model
 from console_bridge._console._model_schema import consistent_text, model_schema, without_nulls
-from console_bridge._console._observe import for_model
 from console_bridge._console._status import SERVER
 from console_bridge._errors import Busy, ConnectionClosed, DependenciesRefused, NotAllowed
 from console_bridge._governance._gate import Gate

@@ -21,6 +21,9 @@ from typing import Any, Literal
 
 import platformdirs
 
+from console_bridge._cells._observe import CellObserver
+from console_bridge._cells._outcome import outcome_dir_name
+from console_bridge._cells._recordings import Recording, find_recording, write_sidecar
 from console_bridge._confinement._limits import Limits, parse_size
 from console_bridge._confinement._unconfinable import refuse_unconfinable
 from console_bridge._connection._async import AsyncMcpConnection
@@ -28,23 +31,20 @@ from console_bridge._console import _values
 from console_bridge._console._call_path import CallPath
 from console_bridge._console._cell_loop import CellLoop, Timing
 from console_bridge._console._confined import SessionConfinement
-from console_bridge._console._launch import check_project_config, find_r, split_args, validate_root
 from console_bridge._console._launcher import Launcher, LaunchInputs
 from console_bridge._console._model_tool import ModelTool
-from console_bridge._console._observe import CellObserver
-from console_bridge._console._outcome import outcome_dir_name
-from console_bridge._console._profiles import Profile, load_profile
-from console_bridge._console._recordings import Recording, find_recording, write_sidecar
 from console_bridge._console._session_files import SessionFiles
 from console_bridge._console._status import LANGUAGES, ConsoleStatus
 from console_bridge._console._usage import SessionUsage, UsageReader
 from console_bridge._console._worker_boot import WorkerBoot
-from console_bridge._console._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
 from console_bridge._errors import ConnectionClosed, LaunchRefused, NotAllowed
 from console_bridge._governance._policy import Policy
 from console_bridge._handles import NotCopyable, ToolHandle
 from console_bridge._identity import Owner, check_owner, current_owner
 from console_bridge._results import CellFailure, CellResult
+from console_bridge._vetting._launch import check_project_config, find_r, split_args, validate_root
+from console_bridge._vetting._profiles import Profile, load_profile
+from console_bridge._vetting._workspace import evidence, vet_evidence, vet_recordings, vet_workspace
 
 __all__ = ["AsyncConsole", "ConsoleStatus"]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from console_bridge._console._recordings import Recording
+from console_bridge._cells._recordings import Recording
 from console_bridge._results import CellUsage
 
 __all__ = ["CellMeter", "GroupMeter", "SessionUsage", "TreeMeter", "UsageReader", "WorkerMeter", "group_meter"]

@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from console_bridge._console._cells import (
+from console_bridge._cells._notices import (
     DISPLAY_END,
     DISPLAY_SEP,
     DISPLAY_START,

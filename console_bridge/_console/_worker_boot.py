@@ -15,8 +15,8 @@ from pathlib import Path
 
 import anyio
 
-from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
-from console_bridge._console._worker_env import VenvFacts
+from console_bridge._vetting._bytecode import bytecode_prefix, plant_bytecode
+from console_bridge._vetting._worker_env import VenvFacts
 
 __all__ = ["WorkerBoot"]
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import anyio
 import psutil
 
-from console_bridge._console._recordings import Recording, Recordings
+from console_bridge._cells._recordings import Recording, Recordings
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import BridgeError, ConnectionClosed
 from console_bridge._identity import Owner

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console_bridge._console._launch import validate_root
-from console_bridge._console._profiles import Profile, load_profile
-from console_bridge._console._recordings import Recording, default_recordings_root
-from console_bridge._console._workspace import inside, vet_workspace, writable_places
+from console_bridge._cells._recordings import Recording, default_recordings_root
 from console_bridge._errors import BridgeError, LaunchRefused
 from console_bridge._hostfs import copy_tree, open_dir, remove_entry, remove_tree, write_file
 from console_bridge._results import Image
+from console_bridge._vetting._launch import validate_root
+from console_bridge._vetting._profiles import Profile, load_profile
+from console_bridge._vetting._workspace import inside, vet_workspace, writable_places
 
 __all__ = ["RecordingStage", "check_workspace", "rewrite_report", "write_artifacts"]
 

@@ -3,7 +3,7 @@
 Whether a cell failed is never read from its text: a cell can print a fake traceback,
 and a handled exception logged with ``logging.exception`` is not a failure. ``run``
 uses ``CellResult.error``, which the worker's own hooks report (see
-``console_bridge/_console/_outcome.py``), and ``is_error`` (a server error result).
+``console_bridge/_cells/_outcome.py``), and ``is_error`` (a server error result).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import click
 
+from console_bridge._cells._recordings import Recordings, default_recordings_root
 from console_bridge._confinement._host import detect_host
 from console_bridge._confinement._idmap import session_ids
 from console_bridge._confinement._limits import Limits, Mechanism
@@ -24,16 +25,15 @@ from console_bridge._confinement._namespaces_check import check_namespaces
 from console_bridge._confinement._plan import TREE_WIDE, plan_confinement
 from console_bridge._confinement._unconfinable import host_gap
 from console_bridge._confinement._view import build_view
-from console_bridge._console._environments import session_environments
-from console_bridge._console._launch import worker_python
-from console_bridge._console._profiles import load_profile
-from console_bridge._console._recordings import Recordings, default_recordings_root
 from console_bridge._console._session import AsyncConsole
-from console_bridge._console._version import QUALIFIED_VERSIONS, Binary, check_binary, resolve_command
-from console_bridge._console._worker_env import inspect_venv, missing_modules
-from console_bridge._console._workspace import vet_workspace
 from console_bridge._errors import BridgeError, LaunchRefused
 from console_bridge._extras import install_hint
+from console_bridge._vetting._environments import session_environments
+from console_bridge._vetting._launch import worker_python
+from console_bridge._vetting._profiles import load_profile
+from console_bridge._vetting._version import QUALIFIED_VERSIONS, Binary, check_binary, resolve_command
+from console_bridge._vetting._worker_env import inspect_venv, missing_modules
+from console_bridge._vetting._workspace import vet_workspace
 from console_bridge.cli._common import FiniteFloat, error_text, human_size, table
 from console_bridge.cli._doctor_capacity import capacity_text, capacity_walls
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from console_bridge._confinement._limits import MIN_PROCESSES, Limits
-from console_bridge._console._profiles import load_profile
+from console_bridge._vetting._profiles import load_profile
 from console_bridge.cli._common import ByteSize, FiniteFloat
 
 __all__ = ["NO_LIMIT", "LimitSize", "OrNone", "limit_options", "limits_from_options"]

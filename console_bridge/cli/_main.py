@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import click
 
-from console_bridge._console._version import QUALIFIED_VERSIONS
+from console_bridge._vetting._version import QUALIFIED_VERSIONS
 from console_bridge.cli._doctor import doctor_command
 from console_bridge.cli._profiles import profiles_group
 from console_bridge.cli._recordings import recordings_group

@@ -9,10 +9,10 @@ from typing import Any
 import click
 from packaging.version import Version
 
-from console_bridge._console._profiles import Profile, available_profiles, load_profile, translate
-from console_bridge._console._sandbox import SandboxPolicy
-from console_bridge._console._version import QUALIFIED_VERSIONS
 from console_bridge._errors import LaunchRefused
+from console_bridge._vetting._profiles import Profile, available_profiles, load_profile, translate
+from console_bridge._vetting._sandbox import SandboxPolicy
+from console_bridge._vetting._version import QUALIFIED_VERSIONS
 from console_bridge.cli._common import error_text, table
 
 __all__ = ["profiles_group"]

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from console_bridge._console._recordings import Recording, Recordings, default_recordings_root
+from console_bridge._cells._recordings import Recording, Recordings, default_recordings_root
 from console_bridge._errors import BridgeError
 from console_bridge._hostfs import read_file, walk_tree
 from console_bridge.cli._common import ByteSize, Duration, error_text, fail, human_size, iso, table

@@ -21,8 +21,8 @@ from typing import Any
 import anyio
 import click
 
+from console_bridge._cells._recordings import Recordings
 from console_bridge._console._files import check_glob
-from console_bridge._console._recordings import Recordings
 from console_bridge._errors import BridgeError
 from console_bridge.cli import _artifacts as artifacts
 from console_bridge.cli._common import ExitCode, FiniteFloat, error_text, fail
@@ -76,7 +76,7 @@ def check_usage(opts: Options) -> None:
     """Usage mistakes exit 2 before anything starts: an unknown profile, a writable or read root or a
     --python venv that is not an existing folder (a refused root, such as home, stays a launch refusal,
     exit 3)."""
-    from console_bridge._console._profiles import load_profile
+    from console_bridge._vetting._profiles import load_profile
 
     try:
         load_profile(opts.profile)

@@ -22,7 +22,7 @@ from typing import Any
 import click
 import nbformat as _nbformat
 
-from console_bridge._console._notebook import nb_outputs
+from console_bridge._cells._notebook import nb_outputs
 from console_bridge.cli._run_sources import FileRun, Source, load_sources
 
 __all__ = ["NOTEBOOK_SUFFIX", "executed_notebooks", "load_all", "notebook_sources"]

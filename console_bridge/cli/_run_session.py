@@ -12,10 +12,10 @@ from typing import Any
 
 import anyio
 
-from console_bridge._console._sandbox import SandboxPolicy
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import BridgeError, CellTimeout
 from console_bridge._results import CellResult
+from console_bridge._vetting._sandbox import SandboxPolicy
 from console_bridge.cli._common import ExitCode, error_text, exit_code_for, human_size
 from console_bridge.cli._detect import OMITTED_MARK, chunk_output, code_error
 from console_bridge.cli._run_names import CellNames

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from console_bridge._console._profiles import load_profile
-from console_bridge._console._workspace import Evidence, vet_evidence
 from console_bridge._errors import BridgeError
 from console_bridge._serve._identity import Identities
+from console_bridge._vetting._profiles import load_profile
+from console_bridge._vetting._workspace import Evidence, vet_evidence
 from console_bridge.cli._common import ExitCode, error_text, fail
 
 __all__ = ["serving_identities", "vet_token_file"]

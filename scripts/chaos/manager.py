@@ -434,7 +434,7 @@ def run(binary: str | None, cycles: int, seed: int, log: Callable[[str], None]) 
         shutil.rmtree(chaos.root, ignore_errors=True)
     version = None
     if binary:
-        from console_bridge._console._version import check_binary
+        from console_bridge._vetting._version import check_binary
 
         version = check_binary(Path(binary).expanduser().absolute()).version_text
     return chaos.report(version, aborted)

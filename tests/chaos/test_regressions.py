@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from console_bridge import AsyncConsole, ConnectionClosed
-from console_bridge._console._launch import find_r
+from console_bridge._vetting._launch import find_r
 from tests.console.conftest import alive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.usefixtures("no_leaks")]

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from console_bridge import __version__
-from console_bridge._console._profiles import available_profiles
+from console_bridge._vetting._profiles import available_profiles
 from console_bridge.cli import cli
 
 from .conftest import Runner, start, write

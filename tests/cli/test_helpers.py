@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from console_bridge._console._outcome import limit_failure, worker_exited_failure
+from console_bridge._cells._outcome import limit_failure, worker_exited_failure
 from console_bridge._errors import (
     BridgeError,
     CallTimeout,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from console_bridge._console._bytecode import BOOT_MODULES, bytecode_prefix, plant_bytecode
+from console_bridge._vetting._bytecode import BOOT_MODULES, bytecode_prefix, plant_bytecode
 
 TAG = sys.implementation.cache_tag
 

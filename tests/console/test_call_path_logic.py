@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from console_bridge import Busy, ConnectionClosed
+from console_bridge._cells._notices import BUSY
+from console_bridge._cells._observe import CellObserver
 from console_bridge._console._call_path import CallPath
-from console_bridge._console._cells import BUSY
-from console_bridge._console._observe import CellObserver
 from console_bridge._console._session_files import SessionFiles
 from console_bridge._console._worker_boot import WorkerBoot
 from console_bridge._errors import ServerError

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from console_bridge import AsyncConsole
-from console_bridge._console._bytecode import bytecode_prefix, plant_bytecode
+from console_bridge._vetting._bytecode import bytecode_prefix, plant_bytecode
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
 

@@ -9,7 +9,7 @@ import pytest
 from packaging.version import Version
 
 from console_bridge import AsyncConsole, ConnectionClosed
-from console_bridge._console._version import Binary
+from console_bridge._vetting._version import Binary
 
 
 def test_the_launch_arguments_follow_the_options(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from console_bridge import AsyncConsole, CellResult
-from console_bridge._console._cells import (
+from console_bridge._cells._notices import (
     DISPLAY_END,
     DISPLAY_SEP,
     DISPLAY_START,

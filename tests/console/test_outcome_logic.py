@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from console_bridge import CellError, CellFailure, CellResult
-from console_bridge._console._cells import split_response
-from console_bridge._console._events import CallEvents, EventTail
-from console_bridge._console._outcome import (
+from console_bridge._cells._events import CallEvents, EventTail
+from console_bridge._cells._notices import split_response
+from console_bridge._cells._outcome import (
     OutcomeLog,
     limit_failure,
     outcome_dir_name,
@@ -198,7 +198,7 @@ def test_startup_code_is_valid_python_and_a_yaml_string() -> None:
 
 
 def test_the_model_reads_the_status_after_the_output() -> None:
-    from console_bridge._console._observe import for_model as _for_model
+    from console_bridge._cells._observe import for_model as _for_model
 
     running = _for_model(CellResult(text="a\n", running=True))
     assert running.text == "a\n[running; poll with an empty send]"
@@ -241,7 +241,7 @@ def test_a_worker_preparation_phase_is_read_from_the_trailing_block() -> None:
 
 
 def test_event_timestamps_read_without_parsing_match_the_parsed_value() -> None:
-    from console_bridge._console._events import _timestamp
+    from console_bridge._cells._events import _timestamp
 
     line = b'{"event":"cell_started","owner":{"cell_id":4},"sequence":9,"at":"2026-12-01T10:12:15.716447762Z"}'
     assert _timestamp(line) == pytest.approx(1796119935.716447762, abs=1e-6)
@@ -254,8 +254,8 @@ def test_event_timestamps_read_without_parsing_match_the_parsed_value() -> None:
 
 
 def test_a_worker_killed_by_a_signal_is_an_exit_with_a_negative_status() -> None:
-    from console_bridge._console._cells import read_notices
-    from console_bridge._console._outcome_log import worker_exited_failure
+    from console_bridge._cells._notices import read_notices
+    from console_bridge._cells._outcome_log import worker_exited_failure
 
     text = (
         "[worker sideband read failed: worker sideband closed]\n[worker terminated by signal 9]\n"
@@ -323,8 +323,8 @@ def test_a_late_end_of_a_killed_cell_does_not_end_the_next_one(tmp_path: Path) -
 async def test_the_observer_keeps_a_cell_running_past_a_late_end_of_the_killed_one(tmp_path: Path) -> None:
     """The same, through the observer: a call that reports the worker's death closes its cell, so
     the cell after it reads as running (run() polls on) and not as finished."""
-    from console_bridge._console._observe import CellObserver
-    from console_bridge._console._recordings import Recording
+    from console_bridge._cells._observe import CellObserver
+    from console_bridge._cells._recordings import Recording
     from console_bridge._results import ToolResult
 
     (tmp_path / "capture").mkdir()

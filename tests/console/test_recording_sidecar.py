@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from console_bridge import BridgeError, Console, Owner, Recordings
-from console_bridge._console._recordings import sidecar_path, write_sidecar
+from console_bridge._cells._recordings import sidecar_path, write_sidecar
 from tests.console.conftest import binary_for
 
 pytestmark = pytest.mark.console

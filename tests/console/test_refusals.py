@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from console_bridge import AsyncConsole, LaunchRefused, VersionRefused
-from console_bridge._console._launch import SCRATCH_DIRS, SYSTEM_DIRS, split_args, validate_root, worker_python
-from console_bridge._console._profiles import available_profiles, load_profile, translate
-from console_bridge._console._sandbox import TMPDIR, WORKSPACE, SandboxPolicy
+from console_bridge._vetting._launch import SCRATCH_DIRS, SYSTEM_DIRS, split_args, validate_root, worker_python
+from console_bridge._vetting._profiles import available_profiles, load_profile, translate
+from console_bridge._vetting._sandbox import TMPDIR, WORKSPACE, SandboxPolicy
 
 HOME = Path.home().resolve()
 VENV = Path(__file__).resolve().parents[2] / ".venv"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from console_bridge import CellResult, Output
-from console_bridge._console._cells import (
+from console_bridge._cells._notices import (
     DISPLAY_END,
     DISPLAY_SEP,
     DISPLAY_START,
@@ -12,7 +12,7 @@ from console_bridge._console._cells import (
     split_response,
     split_streams,
 )
-from console_bridge._console._observe import cell_from, for_model, merge, split_chunk
+from console_bridge._cells._observe import cell_from, for_model, merge, split_chunk
 from console_bridge._results import ToolResult
 
 E0, E1 = STDERR_START, STDERR_END

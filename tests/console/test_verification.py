@@ -34,7 +34,7 @@ from console_bridge import (
     VerificationFailed,
     VersionRefused,
 )
-from console_bridge._console._version import QUALIFIED_VERSIONS
+from console_bridge._vetting._version import QUALIFIED_VERSIONS
 
 FAKE = Path(__file__).resolve().parent / "fake_mcp_console.py"
 VENV = Path(__file__).resolve().parents[2] / ".venv"

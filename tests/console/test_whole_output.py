@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from console_bridge import AsyncConsole, LaunchRefused
-from console_bridge._console._cells import STDERR_END, STDERR_START
+from console_bridge._cells._notices import STDERR_END, STDERR_START
 from console_bridge._console._whole_output import _read, complete
 from console_bridge._results import CellResult
 from tests.console.conftest import binary_for

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from console_bridge import AsyncConsole, Busy, Limits
-from console_bridge._console._observe import RESTARTED, reword_restart
+from console_bridge._cells._observe import RESTARTED, reword_restart
 from console_bridge._results import CellResult
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from console_bridge._console._bytecode import bytecode_prefix
 from console_bridge._console._worker_boot import WorkerBoot
-from console_bridge._console._worker_env import VenvFacts
+from console_bridge._vetting._bytecode import bytecode_prefix
+from console_bridge._vetting._worker_env import VenvFacts
 
 pytestmark = pytest.mark.anyio
 

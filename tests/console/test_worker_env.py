@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from console_bridge import Console, NotAllowed
-from console_bridge._console._worker_env import missing_modules
+from console_bridge._vetting._worker_env import missing_modules
 from tests.cli.conftest import cli_env, cli_path
 from tests.console.conftest import binary_for
 
@@ -71,7 +71,7 @@ def test_cli_python_file_exits_0_and_sql_file_gives_the_notice(bare_venv: Path, 
 def test_the_check_is_answered_again_until_the_venv_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """checked_venv runs the interpreter once, then again only when a folder of its sys.path changed
     (a package installed there)."""
-    import console_bridge._console._worker_env as worker_env
+    import console_bridge._vetting._worker_env as worker_env
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)

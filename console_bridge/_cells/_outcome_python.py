@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from console_bridge._console._outcome_log import outcome_dir_name
+from console_bridge._cells._outcome_log import outcome_dir_name
 
 __all__ = ["python_startup_code", "yaml_string"]
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from console_bridge._console._cells import cut_segments, read_notices, split_streams
+from console_bridge._cells._notices import cut_segments, read_notices, split_streams
 from console_bridge._results import CellResult, Output
 
 __all__ = ["CellLog", "cells_from_events", "cells_path", "nb_outputs", "notebook", "read_cells"]

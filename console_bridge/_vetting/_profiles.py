@@ -16,8 +16,8 @@ from packaging.version import Version
 
 from console_bridge._confinement._deny import expand_deny
 from console_bridge._confinement._limits import Limits, limits_from_mapping
-from console_bridge._console._sandbox import HOST_TMP, TMPDIR, WORKSPACE, SandboxPolicy
 from console_bridge._errors import LaunchRefused
+from console_bridge._vetting._sandbox import HOST_TMP, TMPDIR, WORKSPACE, SandboxPolicy
 
 __all__ = ["Profile", "available_profiles", "load_profile", "profiles_dir", "translate"]
 

@@ -17,7 +17,8 @@ from typing import Literal
 
 import anyio
 
-from console_bridge._console._cells import (
+from console_bridge._cells._events import CallEvents, EventTail, events_file
+from console_bridge._cells._notices import (
     CellNotice,
     Segments,
     bridge_hint,
@@ -26,9 +27,8 @@ from console_bridge._console._cells import (
     split_response,
     split_streams,
 )
-from console_bridge._console._events import CallEvents, EventTail, events_file
-from console_bridge._console._outcome import OutcomeLog, limit_failure, tampered_failure, worker_exited_failure
-from console_bridge._console._recordings import Recording
+from console_bridge._cells._outcome import OutcomeLog, limit_failure, tampered_failure, worker_exited_failure
+from console_bridge._cells._recordings import Recording
 from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
 
 __all__ = ["CellObserver", "cell_from", "for_model", "merge", "reword_restart", "split_chunk"]

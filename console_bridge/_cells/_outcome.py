@@ -33,7 +33,7 @@ The parts: ``_outcome_python`` (the Python and SQL hooks), ``_outcome_r`` (the R
 
 from __future__ import annotations
 
-from console_bridge._console._outcome_log import (
+from console_bridge._cells._outcome_log import (
     OUTCOMES_FILE,
     OutcomeLog,
     limit_failure,
@@ -42,8 +42,8 @@ from console_bridge._console._outcome_log import (
     tampered_failure,
     worker_exited_failure,
 )
-from console_bridge._console._outcome_python import python_startup_code, yaml_string
-from console_bridge._console._outcome_r import r_profile_text
+from console_bridge._cells._outcome_python import python_startup_code, yaml_string
+from console_bridge._cells._outcome_r import r_profile_text
 
 __all__ = [
     "OUTCOMES_FILE",

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console_bridge._confinement._registry import state_dir
-from console_bridge._console._launch import shared_temp_dirs, validate_root
-from console_bridge._console._profiles import Profile
-from console_bridge._console._sandbox import WORKSPACE
 from console_bridge._errors import LaunchRefused
 from console_bridge._governance._policy import Policy
+from console_bridge._vetting._launch import shared_temp_dirs, validate_root
+from console_bridge._vetting._profiles import Profile
+from console_bridge._vetting._sandbox import WORKSPACE
 
 __all__ = [
     "Evidence",

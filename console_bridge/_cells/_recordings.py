@@ -221,7 +221,7 @@ def _remove(root: Path, run_id: str) -> None:
 
 
 def _write_notebook(recording: Recording, target: Path, text: str) -> Path:
-    from console_bridge._console._notebook import cells_from_events, notebook, read_cells
+    from console_bridge._cells._notebook import cells_from_events, notebook, read_cells
     from console_bridge._hostfs import read_file, write_file
 
     cells = read_cells(recording.path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from console_bridge._console._outcome_log import outcome_dir_name
+from console_bridge._cells._outcome_log import outcome_dir_name
 
 __all__ = ["r_profile_text"]
 
