@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.places import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

@@ -21,8 +21,8 @@ from console_bridge import (
     Policy,
     ToolHandle,
 )
-from tests.conftest import server_entry
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
+from tests.support.places import server_entry
 
 OWNER = Owner("analyst", session_id="adapters")
 INTRUDER = Owner("intruder")

@@ -22,7 +22,7 @@ from console_bridge import (
     run_context,
 )
 from console_bridge.adapters import _common
-from tests.conftest import ROOT
+from tests.support.places import ROOT
 
 pytestmark = pytest.mark.anyio
 

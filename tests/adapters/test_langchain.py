@@ -30,7 +30,7 @@ from console_bridge import (
 )
 from console_bridge.adapters.langchain import langchain_tools
 from tests.adapters.conftest import INTRUDER, OWNER, RESTART, SIX_TIMES_SEVEN, Gate, server_calls
-from tests.conftest import server_entry
+from tests.support.places import server_entry
 
 pytestmark = pytest.mark.anyio
 

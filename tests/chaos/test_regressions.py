@@ -12,7 +12,7 @@ import pytest
 
 from console_bridge import AsyncConsole, ConnectionClosed
 from console_bridge._vetting._launch import find_r
-from tests.console.conftest import alive
+from tests.support.processes import alive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.usefixtures("no_leaks")]
 

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from console_bridge import AsyncConsole, LaunchRefused
+from tests.support.cli import cli_env, cli_path
 
-from .conftest import PROC_TIMEOUT, cli_env, cli_path, write
+from .conftest import PROC_TIMEOUT, write
 
 AFTER = "print('session still works:', 6 * 7)\n"
 PLANT = ("plant.py", "after.py")

@@ -18,8 +18,9 @@ import pytest
 
 from console_bridge.cli._output import CellOutput, escape_controls, host_block, host_line
 from tests import ci_logs
+from tests.support.cli import cli_env, cli_path
 
-from .conftest import PROC_TIMEOUT, Runner, cli_env, cli_path, write
+from .conftest import PROC_TIMEOUT, Runner, write
 
 ATTACK = (
     "import sys\n"

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
+from tests.support.places import ROOT
 
 pytestmark = [pytest.mark.console]
 

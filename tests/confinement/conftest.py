@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from console_bridge._confinement._host import HostKind
-from tests.console.conftest import mcp_console, no_leaks, recordings, state_dir, workspace
+from tests.support.sessions import mcp_console, no_leaks, recordings, state_dir, workspace
 
 __all__ = ["host_kind", "mcp_console", "no_leaks", "plant_home", "recordings", "state_dir", "workspace"]
 

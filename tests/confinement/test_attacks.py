@@ -20,8 +20,8 @@ import pytest
 
 from console_bridge import AsyncConsole, LaunchRefused, Limits
 from tests.confinement.conftest import plant_home
-from tests.conftest import ROOT
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
+from tests.support.places import ROOT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.usefixtures("no_leaks")]
 

@@ -19,7 +19,7 @@ import pytest
 from console_bridge import AsyncConsole, LaunchRefused, Limits
 from console_bridge._confinement._disk import FolderUsage
 from console_bridge._confinement._recording_cap import RecordingCap
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 MiB = 1 << 20
 

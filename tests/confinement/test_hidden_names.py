@@ -19,7 +19,7 @@ import pytest
 
 from console_bridge import AsyncConsole
 from console_bridge._confinement._remask import Remasker, mount_points, secret
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 HAS_R = shutil.which("R") is not None
 DEEP = "cfg/a/b/c/d/deep.key"  # depth 6 below the workspace

@@ -24,8 +24,8 @@ import pytest
 
 from console_bridge import AsyncConsole
 from console_bridge._confinement._namespaces import SYSCALLS
-from tests.conftest import ROOT
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
+from tests.support.places import ROOT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.usefixtures("no_leaks")]
 

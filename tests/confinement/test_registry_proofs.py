@@ -23,7 +23,7 @@ import pytest
 from console_bridge._confinement._cgroups import CGROUP_PREFIX
 from console_bridge._confinement._plan import supervisor_command
 from console_bridge._confinement._registry import SessionEntry, own_cgroup_bases, sessions_root, sweep_report, verify
-from tests.cli.conftest import cli_path
+from tests.support.cli import cli_path
 
 SID = "20200101T000000-0badc0de"
 

@@ -25,8 +25,8 @@ import pytest
 from console_bridge import AsyncConsole, AsyncSessionManager, Console, LaunchRefused, SessionManager
 from console_bridge._confinement._host import detect_host
 from console_bridge._confinement._unconfinable import host_gap
-from tests.cli.conftest import cli_env, cli_path
 from tests.confinement.conftest import host_kind
+from tests.support.cli import cli_env, cli_path
 
 REPO = Path(__file__).resolve().parents[2]
 FIX_WORDS = {"darwin": ("macOS (darwin)", "Linux virtual machine"), "win32": ("Windows (win32)", "WSL 2")}

@@ -16,7 +16,7 @@ import pytest
 
 from console_bridge import AsyncConsole
 from tests.confinement.conftest import plant_home
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.usefixtures("no_leaks")]
 

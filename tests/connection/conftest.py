@@ -20,11 +20,10 @@ import psutil
 import pytest
 
 from console_bridge import AsyncMcpConnection, McpConnection
+from tests.support.places import PYTHON, SERVERS
 
 from .helpers import (
     OWNER,
-    PYTHON,
-    SERVERS,
     SHUTDOWN_GRACE,
     STARTUP_TIMEOUT,
     TIMEOUT,

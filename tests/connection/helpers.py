@@ -5,20 +5,16 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import anyio
 import psutil
 
 from console_bridge import AsyncMcpConnection, McpConnection, Owner
-
-SERVERS = Path(__file__).resolve().parent.parent / "servers"
-PYTHON = sys.executable
+from tests.support.waiting import eventually, eventually_blocking
 
 OWNER = Owner("agent-1", session_id="s-1")
 OTHER = Owner("agent-2", session_id="s-2")
@@ -32,11 +28,6 @@ SHUTDOWN_GRACE = 1.0
 FIXTURE_PIDS: set[int] = set()
 
 Conn = AsyncMcpConnection | McpConnection
-
-
-def server_entry(script: str, *args: str, **extra: object) -> dict[str, object]:
-    """An mcpServers entry that runs ``tests/servers/<script>`` with this interpreter (as tests/conftest.py)."""
-    return {"command": PYTHON, "args": [str(SERVERS / script), *args], **extra}
 
 
 def config(entry: Mapping[str, Any], name: str = "s") -> dict[str, Any]:
@@ -54,18 +45,12 @@ def read_log(path: Path) -> list[str]:
 
 async def wait_for_line(path: Path, line: str, timeout: float = 5.0) -> None:
     """Wait (bounded) until the server log holds ``line``: sync on the file, not on a guess."""
-    with anyio.fail_after(timeout):
-        while line not in read_log(path):
-            await anyio.sleep(0.01)
+    await eventually(lambda: line in read_log(path), timeout, f"{line!r} in {path}", every=0.01)
 
 
 def wait_for_file(path: Path, timeout: float = 10.0) -> str:
     """Wait (bounded, blocking) until ``path`` exists and return its text."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear within {timeout}s")
-        time.sleep(0.01)
+    eventually_blocking(path.exists, timeout, f"{path} to appear", every=0.01)
     return path.read_text(encoding="ascii")
 
 

@@ -12,8 +12,9 @@ import jsonschema
 import pytest
 
 from console_bridge import NotAllowed, ServerError, ToolHandle, VerificationFailed
+from tests.support.places import server_entry
 
-from .helpers import ProcessWatch, read_log, server_entry
+from .helpers import ProcessWatch, read_log
 
 pytestmark = pytest.mark.anyio
 

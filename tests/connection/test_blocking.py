@@ -24,8 +24,9 @@ from console_bridge import (
     VerificationFailed,
     run_context,
 )
+from tests.support.places import server_entry
 
-from .helpers import OTHER, OWNER, ProcessWatch, config, pid_alive, read_log, server_entry, threads_left
+from .helpers import OTHER, OWNER, ProcessWatch, config, pid_alive, threads_left, wait_for_line
 
 PROBE = server_entry("probe.py")
 
@@ -146,9 +147,7 @@ def test_blocking_busy_from_another_thread(blocking_conns: Any, tmp_path: Path) 
 
 
 async def _wait_line(log: Path, line: str) -> None:
-    with anyio.fail_after(10):
-        while line not in read_log(log):
-            await anyio.sleep(0.01)
+    await wait_for_line(log, line, timeout=10)
 
 
 def test_blocking_owner_checks(blocking_conns: Any) -> None:

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from console_bridge import AsyncMcpConnection, BridgeError, LaunchRefused, McpConnection
+from tests.support.places import PYTHON, SERVERS, server_entry
 
-from .helpers import OWNER, PYTHON, SERVERS, ProcessWatch, config, server_entry
+from .helpers import OWNER, ProcessWatch, config
 
 pytestmark = pytest.mark.anyio
 

@@ -32,8 +32,9 @@ from console_bridge import (
     VerificationFailed,
     run_context,
 )
+from tests.support.places import server_entry
 
-from .helpers import OTHER, OWNER, ProcessWatch, config, server_entry, wait_for_line
+from .helpers import OTHER, OWNER, ProcessWatch, config, wait_for_line
 
 pytestmark = pytest.mark.anyio
 

@@ -16,6 +16,7 @@ from console_bridge import (
     NotAllowed,
     VerificationFailed,
 )
+from tests.support.waiting import eventually
 
 from .conftest import HttpServer
 
@@ -27,9 +28,7 @@ def entry(url: str, **headers: str) -> dict[str, Any]:
 
 
 async def wait_for(server: HttpServer, mark: int, line: str, timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while line not in server.lines_since(mark):
-            await anyio.sleep(0.01)
+    await eventually(lambda: line in server.lines_since(mark), timeout, f"{line!r} in the server's log", every=0.01)
 
 
 async def test_basic_flows(conns: Any, http_server: HttpServer) -> None:

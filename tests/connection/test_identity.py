@@ -12,8 +12,9 @@ import anyio
 import pytest
 
 from console_bridge import NotAllowed, Owner, OwnerMismatch, ServerError, current_owner, run_context
+from tests.support.places import server_entry
 
-from .helpers import OTHER, OWNER, read_log, server_entry
+from .helpers import OTHER, OWNER, read_log
 
 pytestmark = pytest.mark.anyio
 

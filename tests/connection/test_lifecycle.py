@@ -10,8 +10,9 @@ import anyio
 import pytest
 
 from console_bridge import BridgeError, Busy, CallTimeout, ConnectionClosed, ToolResult
+from tests.support.places import server_entry
 
-from .helpers import ProcessWatch, pid_alive, read_log, server_entry, wait_for_line
+from .helpers import ProcessWatch, pid_alive, read_log, wait_for_line
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from console_bridge import BridgeError, ConnectionClosed, Desynchronized, ServerError
+from tests.support.places import server_entry
 
-from .helpers import ProcessWatch, read_log, server_entry
+from .helpers import ProcessWatch, read_log
 
 pytestmark = pytest.mark.anyio
 

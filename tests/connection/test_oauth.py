@@ -16,8 +16,9 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from console_bridge import AsyncMcpConnection, BridgeError, LaunchRefused, McpConnection, ServerError
+from tests.support.places import PYTHON, SERVERS
 
-from .helpers import OWNER, PYTHON, SERVERS, announced_server, config
+from .helpers import OWNER, announced_server, config
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,8 @@ from console_bridge import (
     Policy,
     ServerError,
 )
-from tests.connection.helpers import read_log, server_entry
+from tests.connection.helpers import read_log
+from tests.support.places import server_entry
 
 pytestmark = pytest.mark.anyio
 

@@ -27,8 +27,7 @@ from console_bridge import (
     VerificationFailed,
     VersionRefused,
 )
-
-from .helpers import PYTHON
+from tests.support.places import PYTHON
 
 #: The error tree of api-contract.md: class -> its direct parent.
 TREE: dict[type[BaseException], type[BaseException]] = {

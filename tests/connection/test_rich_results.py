@@ -7,7 +7,7 @@ import pytest
 from console_bridge import AsyncMcpConnection, McpConnection, NotAllowed, Owner, ServerError
 from console_bridge._governance._policy import Policy, exposure
 from console_bridge._results import block_text
-from tests.conftest import server_entry
+from tests.support.places import server_entry
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,9 @@ import anyio
 import pytest
 
 from console_bridge import ConnectionClosed
+from tests.support.places import server_entry
 
-from .helpers import ProcessWatch, pid_alive, server_entry, wait_for_file
+from .helpers import ProcessWatch, pid_alive, wait_for_file
 
 pytestmark = pytest.mark.anyio
 

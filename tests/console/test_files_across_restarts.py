@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from console_bridge import AsyncConsole, NotAllowed
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console]
 

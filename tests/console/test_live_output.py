@@ -25,7 +25,7 @@ from console_bridge._cells._notices import (
 from console_bridge._console._live_output import Frames, LiveOutput
 from console_bridge._console._whole_output import complete
 from console_bridge._results import Output
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 ROWS = "for i in range(5000): print(f'row {i:05d} ' + 'y' * 10)"
 

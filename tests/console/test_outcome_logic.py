@@ -219,7 +219,7 @@ async def test_without_the_recording_status_falls_back_to_the_text_once(
 
     from console_bridge import AsyncConsole
     from console_bridge._console import _session
-    from tests.console.conftest import binary_for
+    from tests.support.binaries import binary_for
 
     monkeypatch.setattr(_session, "find_recording", lambda base, pid: None)
     ws = tmp_path / "ws"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from console_bridge import AsyncConsole
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from console_bridge import CellError, CellResult, CellTimeout, Console
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 HAS_R = shutil.which("R") is not None
 

@@ -9,7 +9,7 @@ import pytest
 
 from console_bridge import BridgeError, Console, Owner, Recordings
 from console_bridge._cells._recordings import sidecar_path, write_sidecar
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 pytestmark = pytest.mark.console
 

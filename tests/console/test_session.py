@@ -25,7 +25,7 @@ from console_bridge import (
     run_context,
 )
 from console_bridge._governance._audit import sha256_json
-from tests.console.conftest import alive, tree_of
+from tests.support.processes import alive, tree_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
 

@@ -12,7 +12,7 @@ import pytest
 
 from console_bridge import AsyncConsole, Console, NotAllowed
 from console_bridge._console._values import decode, encode
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 pytestmark = [pytest.mark.anyio]
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import psutil
 import pytest
 
@@ -35,6 +34,7 @@ from console_bridge import (
     VersionRefused,
 )
 from console_bridge._vetting._version import QUALIFIED_VERSIONS
+from tests.support.waiting import until
 
 FAKE = Path(__file__).resolve().parent / "fake_mcp_console.py"
 VENV = Path(__file__).resolve().parents[2] / ".venv"
@@ -108,10 +108,7 @@ def alive(pids: list[int]) -> list[int]:
 
 
 async def wait_dead(pids: list[int], within: float = 3.0) -> list[int]:
-    deadline = time.monotonic() + within
-    while (left := alive(pids)) and time.monotonic() < deadline:
-        await anyio.sleep(0.02)
-    return left
+    return await until(lambda: alive(pids), lambda left: not left, bound=within)
 
 
 def kill_leftovers(fake: Fake) -> None:

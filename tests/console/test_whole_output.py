@@ -14,7 +14,7 @@ from console_bridge import AsyncConsole, LaunchRefused
 from console_bridge._cells._notices import STDERR_END, STDERR_START
 from console_bridge._console._whole_output import _read, complete
 from console_bridge._results import CellResult
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
 
 MiB = 1 << 20
 ROWS = 'for i in range(5000):\n    print(f"row {i:05d} " + "y" * 10)'

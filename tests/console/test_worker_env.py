@@ -10,8 +10,8 @@ import pytest
 
 from console_bridge import Console, NotAllowed
 from console_bridge._vetting._worker_env import missing_modules
-from tests.cli.conftest import cli_env, cli_path
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
+from tests.support.cli import cli_env, cli_path
 
 pytestmark = pytest.mark.console
 

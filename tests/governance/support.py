@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from console_bridge import AsyncMcpConnection, Owner, Policy
-from tests.conftest import server_entry
+from tests.support.places import server_entry
 
 GOV_SERVERS = Path(__file__).resolve().parent / "servers"
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from console_bridge import ConnectionClosed, Console, Owner, SessionManager
-from tests.console.conftest import alive
+from tests.support.processes import alive
 
 pytestmark = [pytest.mark.console, pytest.mark.slow, pytest.mark.usefixtures("no_leaks")]
 

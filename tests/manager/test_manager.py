@@ -24,8 +24,8 @@ from console_bridge import (
     Recordings,
     VersionRefused,
 )
-from tests.console.conftest import alive, tree_of
-from tests.manager.conftest import eventually
+from tests.support.processes import alive, tree_of
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.slow, pytest.mark.usefixtures("no_leaks")]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
+from tests.support.waiting import until_blocking
 
 # Read by Ray at import: with this off, Ray takes 127.0.0.1 as the node address (loopback only).
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -97,16 +97,16 @@ def tree(pid: int) -> list[psutil.Process]:
 
 
 def wait_gone(processes: list[psutil.Process], bound: float = 30.0) -> list[psutil.Process]:
-    """The processes still alive (not zombies) after ``bound`` seconds."""
-    deadline = time.monotonic() + bound
-    while True:
-        alive = []
+    """The processes still alive (not zombies) after at most ``bound`` seconds."""
+
+    def alive() -> list[psutil.Process]:
+        left = []
         for proc in processes:
             try:
                 if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
+                    left.append(proc)
             except psutil.Error:
                 pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
+        return left
+
+    return until_blocking(alive, lambda left: not left, bound=bound, every=0.1)

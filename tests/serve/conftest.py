@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import cli_path
-from tests.console.conftest import binary_for
+from tests.support.binaries import binary_for
+from tests.support.cli import cli_path
 
 START_BOUND = 90.0  # seconds for a server to print its URL (a cold start included)
 STOP_BOUND = 30.0  # seconds for a server to exit after SIGTERM or EOF

@@ -189,7 +189,7 @@ async def test_serve_and_the_library_give_the_model_one_schema(tmp_path: Any, de
     ``_console._model_schema``) with ``console_id`` added; nothing else differs."""
     from console_bridge import AsyncConsole
     from console_bridge._serve._mcp import learn
-    from tests.console.conftest import binary_for
+    from tests.support.binaries import binary_for
 
     async with AsyncConsole(tmp_path, command=str(binary_for("0.0.6")), dependencies=dependencies) as console:
         [handle] = console.tools()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from console_bridge import AsyncConsole, LaunchRefused, Policy
-from tests.console.conftest import binary_for, recordings, state_dir, workspace
+from tests.support.binaries import binary_for
+from tests.support.sessions import recordings, state_dir, workspace
 
 __all__ = ["recordings", "state_dir", "workspace"]  # fixtures
 

@@ -16,6 +16,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from console_bridge import McpConnection, NotAllowed, Owner, Policy
 from tests.serve.conftest import finalized, leftovers, recordings_of, serve_args, serve_env
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.console, pytest.mark.slow]
 
@@ -30,9 +31,7 @@ def params(tmp_path: Path, *extra: str) -> StdioServerParameters:
 
 
 async def wait_gone(tmp_path: Path, bound: float = 30.0) -> None:
-    deadline = time.monotonic() + bound
-    while leftovers(tmp_path) and time.monotonic() < deadline:
-        await anyio.sleep(0.05)
+    await until(lambda: leftovers(tmp_path), lambda left: not left, bound=bound, every=0.05)
 
 
 async def test_sdk_client_cells_resources_cancel_close(tmp_path: Path) -> None:
