@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 
-from console_bridge._vetting._bytecode import bytecode_prefix, plant_bytecode
+from console_bridge._vetting._bytecode import bytecode_prefix, link_bytecode
 from console_bridge._vetting._worker_env import VenvFacts
 
 __all__ = ["WorkerBoot"]
@@ -61,7 +61,7 @@ class WorkerBoot:
         def make() -> None:
             try:
                 cache.mkdir(mode=0o700, exist_ok=True)  # as supervision() makes it
-                self.linked = plant_bytecode(prefix, facts.search_path, facts.cache_tag)
+                self.linked = link_bytecode(prefix, facts.search_path, facts.cache_tag)
             except OSError:
                 self.linked = 0  # the worker compiles those modules from source, as before
 

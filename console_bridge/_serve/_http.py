@@ -46,7 +46,15 @@ from console_bridge._serve._events import BoundedEventStore
 from console_bridge._serve._identity import Identities
 from console_bridge._serve._mcp import Caller
 
-__all__ = ["LOOPBACK_HOSTS", "Gate", "GateOptions", "host_allowed", "opening_refusal", "origin_allowed", "plain_reply"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "HttpGate",
+    "HttpGateOptions",
+    "host_allowed",
+    "opening_refusal",
+    "origin_allowed",
+    "plain_reply",
+]
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _log = logging.getLogger("console_bridge.serve")
@@ -166,7 +174,7 @@ IDENTITY_KEY = "console_bridge.identity"  # the ASGI scope key the gate puts the
 
 
 @dataclass(frozen=True, slots=True)
-class GateOptions:
+class HttpGateOptions:
     path: str = "/mcp"
     allowed_origins: tuple[str, ...] = ()
     max_body_bytes: int = 16 * 1024 * 1024  # a larger request body is refused (413) by the SDK
@@ -189,12 +197,12 @@ def host_allowed(host: str | None, allowed: tuple[str, ...] | None) -> bool:
 
 
 @dataclass(eq=False)
-class Gate:
+class HttpGate:
     """The ASGI application: checks and identifies; the SDK serves the MCP traffic."""
 
     consoles: Consoles
     identities: Identities
-    options: GateOptions = field(default_factory=GateOptions)
+    options: HttpGateOptions = field(default_factory=HttpGateOptions)
     sdk: StreamableHTTPSessionManager | None = None
     server: Server[Any] | None = None
     plain_tool: str | None = None  # the tool whose calls may be answered as one JSON body (plain_reply)

@@ -24,7 +24,7 @@ from console_bridge import AsyncConsole, AsyncSessionManager, Owner, Policy
 from console_bridge._serve._consoles import Consoles
 from console_bridge._serve._contract import Lifetimes
 from console_bridge._serve._fast import FastSend
-from console_bridge._serve._http import LOOPBACK_HOSTS, Gate, GateOptions, make_sdk
+from console_bridge._serve._http import LOOPBACK_HOSTS, HttpGate, HttpGateOptions, make_sdk
 from console_bridge._serve._identity import Identities
 from console_bridge._serve._mcp import Caller, ServeOptions, Template, build_server, learn, tool_calls
 from console_bridge._serve._stdio import pipes_on_stdio, stdio_pipes
@@ -231,8 +231,8 @@ async def _serve_http(
         reclaim_idle=config.reclaim_idle,
     )
     hosts = None if config.host not in LOOPBACK_HOSTS and not config.allowed_hosts else config.allowed_hosts
-    options = GateOptions(allowed_origins=config.allowed_origins, allowed_hosts=hosts)
-    gate = Gate(consoles=consoles, identities=identities, options=options)
+    options = HttpGateOptions(allowed_origins=config.allowed_origins, allowed_hosts=hosts)
+    gate = HttpGate(consoles=consoles, identities=identities, options=options)
     server = build_server(consoles, template, gate.caller, config.serve_options)
     gate.server = server
     gate.plain_tool = template.send.name
@@ -265,7 +265,7 @@ async def _serve_http(
     await consoles.aclose()
 
 
-async def _stop_clients(manager: AsyncSessionManager, consoles: Consoles, gate: Gate) -> None:
+async def _stop_clients(manager: AsyncSessionManager, consoles: Consoles, gate: HttpGate) -> None:
     """Serve is stopping: interrupt every cell and close every console (recordings finalized), so a
     send in flight returns a tool error at once, then end the MCP sessions' streams; uvicorn's
     graceful shutdown then finds no request left to cut off."""

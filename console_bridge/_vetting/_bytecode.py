@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["BOOT_MODULES", "bytecode_prefix", "plant_bytecode"]
+__all__ = ["BOOT_MODULES", "bytecode_prefix", "link_bytecode"]
 
 #: What mcp-console 0.0.5 and 0.0.6's Python worker has imported from files when the startup code
 #: begins (``sys.modules`` with a ``.py`` ``__file__``; frozen modules left out). A module that is
@@ -85,7 +85,7 @@ def _source(name: str, search_path: Sequence[str]) -> str | None:
     return found
 
 
-def plant_bytecode(
+def link_bytecode(
     prefix: Path, search_path: Sequence[str], cache_tag: str, modules: Sequence[str] = BOOT_MODULES
 ) -> int:
     """Link the compiled files of ``modules`` (found along the worker's ``sys.path``) into

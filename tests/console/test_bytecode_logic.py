@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from console_bridge._vetting._bytecode import BOOT_MODULES, bytecode_prefix, plant_bytecode
+from console_bridge._vetting._bytecode import BOOT_MODULES, bytecode_prefix, link_bytecode
 
 TAG = sys.implementation.cache_tag
 
@@ -43,7 +43,7 @@ def test_links_follow_the_prefix_layout_and_the_search_order(tmp_path: Path) -> 
     _module(first, "stale", compiled=False)  # no compiled file: not linked
     prefix = tmp_path / "prefix"
     modules = ("alpha", "pkg", "pkg.sub", "stale", "missing", "alpha.not_a_package")
-    assert plant_bytecode(prefix, [str(first), "relative", str(second)], TAG, modules) == 3
+    assert link_bytecode(prefix, [str(first), "relative", str(second)], TAG, modules) == 3
     link = Path(str(prefix) + str(first)) / f"alpha.{TAG}.pyc"
     assert link.is_symlink() and os.path.realpath(link) == os.path.realpath(first / "__pycache__" / f"alpha.{TAG}.pyc")
     assert len(os.readlink(link)) < 60  # short enough to live in the inode (ext4): no block to allocate or free
@@ -51,9 +51,9 @@ def test_links_follow_the_prefix_layout_and_the_search_order(tmp_path: Path) -> 
     assert (Path(str(prefix) + str(second / "pkg")) / f"sub.{TAG}.pyc").is_symlink()
     assert not Path(str(prefix) + str(second)).joinpath(f"alpha.{TAG}.pyc").exists()
     # a second run links nothing new and fails nothing
-    assert plant_bytecode(prefix, [str(first), str(second)], TAG, modules) == 0
-    assert plant_bytecode(prefix, [str(first)], "", modules) == 0
-    assert plant_bytecode(prefix, [str(first)], "../x", modules) == 0
+    assert link_bytecode(prefix, [str(first), str(second)], TAG, modules) == 0
+    assert link_bytecode(prefix, [str(first)], "", modules) == 0
+    assert link_bytecode(prefix, [str(first)], "../x", modules) == 0
 
 
 def test_the_link_is_where_python_itself_looks(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_the_link_is_where_python_itself_looks(tmp_path: Path) -> None:
             timeout=60,
         ).stdout
     )
-    linked = plant_bytecode(prefix, child_path, TAG, modules)
+    linked = link_bytecode(prefix, child_path, TAG, modules)
     assert linked > 50  # most of the worker's bootstrap modules are found in this interpreter
     check = (
         "import importlib.util, json, sys\n"

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from console_bridge import AsyncConsole
-from console_bridge._vetting._bytecode import bytecode_prefix, plant_bytecode
+from console_bridge._vetting._bytecode import bytecode_prefix, link_bytecode
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
 
@@ -36,7 +36,7 @@ async def test_the_bootstrap_reads_linked_bytecode_and_duckdb_waits_for_sql(
         facts = console._boot.facts
         assert facts is not None
         # the host linked what it could find compiled (counted again here, into a folder of the test's)
-        assert console._boot.linked == plant_bytecode(tmp_path / "again", facts.search_path, facts.cache_tag)
+        assert console._boot.linked == link_bytecode(tmp_path / "again", facts.search_path, facts.cache_tag)
         prefix = bytecode_prefix(console._confined.cache_dir / "mcp-console")
         cache = console._confined.cache_dir / "mcp-console"
         boot = await console.run(python=f"import os; os.environ['CB_CACHE'] = {str(cache)!r}\n" + _BOOT)
