@@ -50,8 +50,8 @@ class WorkerBoot:
     def link(self) -> None:
         """Link the compiled files of the modules the worker imports before the startup code to
         where the worker's ``PYTHONPYCACHEPREFIX`` points (see ``_bytecode``), in a thread of its
-        own: about 100 links cost 10-80 ms of file-system work, which the view's build and the
-        server's launch hide. The worker starts after :meth:`wait`."""
+        own: their file-system work (its cost: ``_bytecode``) hides behind the view's build and the
+        server's launch. The worker starts after :meth:`wait`."""
         facts = self.facts
         if facts is None or not facts.search_path or not self._wanted:
             return
@@ -70,8 +70,8 @@ class WorkerBoot:
 
     def unlink(self) -> None:
         """Once the worker has booted, the links have served: remove them in a thread while the
-        first cells run. Left for the end, removing their 25-40 folders and links made a loaded
-        host's ``close()`` 100-400 ms slower. A fresh worker later gets them again (:meth:`ahead`)."""
+        first cells run (left for the end, their removal slowed a loaded host's ``close()``: see
+        ``_bytecode``). A fresh worker later gets them again (:meth:`ahead`)."""
         prefix, self.prefix = self.prefix, None
         if prefix is None:
             return
