@@ -110,6 +110,8 @@ stage_config() {
     [ -d "$r/home/alice" ] || cp -a "$r/etc/skel" "$r/home/alice"
     grep -q 'HOME/venv/bin' "$r/home/alice/.profile" || printf '\n# the console-bridge venv (guest/build-arm64.sh)\nPATH="$HOME/venv/bin:$PATH"\n' >>"$r/home/alice/.profile"
     mkdir -p "$r/var/lib/systemd/linger" && touch "$r/var/lib/systemd/linger/alice"
+    # base-files' own folders (its install script never ran here): the root checks plant a root-only file in /opt
+    for dir in opt srv mnt media; do [ -d "$r/$dir" ] || install -d -m 755 "$r/$dir"; done
     mkdir -p "$G/ssh"
     [ -f "$G/ssh/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C console-bridge-guest -f "$G/ssh/id_ed25519"
     local home
