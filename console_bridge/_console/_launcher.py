@@ -248,7 +248,7 @@ class Launcher:
                     or bool(self._profile_writable()),
                 )
             )
-            self._boot.link()  # overlaps the view's build and the server's launch; waited for before the probe
+            self._boot.link()  # overlaps the view's build; waited for before the server starts
             supervision = await anyio.to_thread.run_sync(
                 lambda: self._confined.supervision(
                     recording_base=base,
@@ -262,6 +262,10 @@ class Launcher:
                 )
             )
             argv, self.expected = self._serve_args(binary, python)
+            # mcp-console boots the worker, which runs the startup code, as soon as it starts: what
+            # the worker's bootstrap reads (the bytecode links) must be there first.
+            await self._boot.wait()
+            self._abort_if_closed()
             self.tmpdir = self._confined.tmpdir
             env = (
                 base_environment()
@@ -311,7 +315,6 @@ class Launcher:
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._inputs.nonce)
             await self._verify(self.conn, binary)
             self._abort_if_closed()
-            await self._boot.wait()
             await self.probe(base)
             self._boot.unlink()  # the worker booted with the probe
             self._abort_if_closed()
