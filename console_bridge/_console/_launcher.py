@@ -190,7 +190,7 @@ class Launcher:
         facts = checked_venv(python, needed, timeout=self._options.version_timeout)
         if facts is None:
             return
-        self._boot.facts = facts  # what the worker's bootstrap links come from
+        self._boot.facts, self._boot.environment = facts, python  # what the worker's links and fonts come from
         if facts.embedding_missing:
             raise LaunchRefused(f"the worker's Python ({python}) cannot run Python cells: {facts.embedding_fix()}")
         if "duckdb" in facts.missing:
@@ -263,7 +263,7 @@ class Launcher:
             )
             argv, self.expected = self._serve_args(binary, python)
             # mcp-console boots the worker, which runs the startup code, as soon as it starts: what
-            # the worker's bootstrap reads (the bytecode links) must be there first.
+            # the startup code looks for (the font lists, the bytecode links) must be there first.
             await self._boot.wait()
             self._abort_if_closed()
             self.tmpdir = self._confined.tmpdir
