@@ -11,8 +11,10 @@ the user's: the list names no file of the user's folders, which the view may hid
 downloaded: matplotlib only lists the fonts on disk.
 
 Each session gets the lists linked (or copied) into its private cache folder, which the sandbox
-mounts read-only; the startup code links them into ``MPLCONFIGDIR`` (``_outcome_python``), so
-matplotlib reads them and cells cannot change them. This must be done before the server starts:
+mounts read-only; the startup code (``font_startup_code``) links them into ``MPLCONFIGDIR`` when
+matplotlib is first imported, so matplotlib reads them and cells cannot change them (the folder is
+made then, as matplotlib would make it: a session that never imports matplotlib has none in its
+TMPDIR). This must be done before the server starts:
 mcp-console boots the worker, and runs the startup code, as soon as it starts, not at the first
 cell (``WorkerBoot.link``). A font the view does not show makes matplotlib rebuild its list in the
 cell, as before, and its write to the read-only file fails with a logged warning.
@@ -36,13 +38,46 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["FONT_FOLDER", "built_font_cache", "show_font_cache"]
+__all__ = ["FONT_FOLDER", "built_font_cache", "font_startup_code", "show_font_cache"]
 
 #: The folder of the session's cache (``MCP_CONSOLE_CACHE_DIR``'s parent) that holds the font lists.
 FONT_FOLDER = "matplotlib"
 _UNUSED = 30 * 86400  # seconds since a built cache was last used: then it is removed
 _STALE_BUILD = 3600  # seconds: a scratch folder this old belongs to a build that died
 _BUILD = "import matplotlib.font_manager"
+
+_STARTUP = r"""
+def _console_bridge_fonts(folder):
+    # matplotlib's font lists, built by the host and read-only in the session's cache (_font_cache):
+    # linked into MPLCONFIGDIR as matplotlib is first imported (the folder made then, not before).
+    import os, sys
+
+    class Fonts:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name != "matplotlib":
+                return None
+            if Fonts in sys.meta_path:
+                sys.meta_path.remove(Fonts)
+            config, cache = os.environ.get("MPLCONFIGDIR"), os.environ.get("MCP_CONSOLE_CACHE_DIR")
+            built = os.path.join(os.path.dirname(cache or "/"), folder)
+            try:
+                names = [n for n in os.listdir(built) if n.startswith("fontlist-") and n.endswith(".json")]
+                if config and cache and names:
+                    os.makedirs(config, exist_ok=True)
+                    for n in names:
+                        if not os.path.lexists(os.path.join(config, n)):
+                            os.symlink(os.path.join(built, n), os.path.join(config, n))
+            except OSError:
+                pass
+            return None
+
+    sys.meta_path.insert(0, Fonts)
+
+
+_console_bridge_fonts(%r)
+del _console_bridge_fonts
+"""
 
 
 def _matplotlib(search_path: Sequence[str]) -> Path | None:
@@ -124,6 +159,11 @@ def built_font_cache(cache: Path, python: Path, search_path: Sequence[str], *, t
         shutil.rmtree(scratch, ignore_errors=True)
     _prune(parent, keep=final)
     return final if _ours(final) and _fontlists(final) else None
+
+
+def font_startup_code() -> str:
+    """The worker's startup code's part that links the session's font lists into ``MPLCONFIGDIR``."""
+    return _STARTUP % FONT_FOLDER
 
 
 def show_font_cache(built: Path, session_cache: Path) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from console_bridge._console._font_cache import FONT_FOLDER
+from console_bridge._console._font_cache import font_startup_code
 from console_bridge._console._outcome_log import outcome_dir_name
 
 __all__ = ["python_startup_code", "yaml_string"]
@@ -39,25 +39,7 @@ _console_bridge_bytecode()
 del _console_bridge_bytecode
 
 
-def _console_bridge_fonts():
-    # matplotlib's font lists, built once per environment by the host and put read-only in the session's
-    # cache before the server starts (_font_cache): linked into the fresh MPLCONFIGDIR of each worker.
-    import os
-    config, cache = os.environ.get("MPLCONFIGDIR"), os.environ.get("MCP_CONSOLE_CACHE_DIR")
-    built = os.path.join(os.path.dirname(cache or "/"), %(fonts)s)
-    try:
-        names = [name for name in os.listdir(built) if name.startswith("fontlist-") and name.endswith(".json")]
-        if config and cache and names:
-            os.makedirs(config, exist_ok=True)
-            for name in names:
-                if not os.path.lexists(os.path.join(config, name)):
-                    os.symlink(os.path.join(built, name), os.path.join(config, name))
-    except OSError:
-        pass
-
-
-_console_bridge_fonts()
-del _console_bridge_fonts
+%(fonts)s
 
 
 def _console_bridge_sources():
@@ -593,7 +575,7 @@ def python_startup_code(nonce: str, *, sql: bool, offline: bool = True) -> str:
     ``offline`` (the sandbox has no network) a cell that starts an installer fails at once."""
     return _PYTHON_STARTUP % {
         "dir": repr(outcome_dir_name(nonce)),
-        "fonts": repr(FONT_FOLDER),
+        "fonts": font_startup_code(),
         "sql": "True" if sql else "False",
         "offline": "True" if offline else "False",
     }

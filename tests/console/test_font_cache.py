@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
 
 _SEEN = """
 import glob, os
+import matplotlib  # (MPLCONFIGDIR and its links are made as matplotlib is first imported)
 config, cache = os.environ["MPLCONFIGDIR"], os.environ["MCP_CONSOLE_CACHE_DIR"]
 found = sorted(glob.glob(os.path.join(config, "fontlist-v*.json")))
 real = [os.path.realpath(path) for path in found]
@@ -37,6 +38,8 @@ _IMPORT = "import matplotlib.pyplot as plt\nprint(plt.get_backend())"
 
 async def _check_session(workspace: Path, binary: Path, recordings: Path) -> None:
     async with AsyncConsole(workspace, command=binary, recordings_dir=recordings, languages=["python"]) as console:
+        before = await console.run(python="import os\nprint(os.path.lexists(os.environ['MPLCONFIGDIR']))")
+        assert before.text == "False\n", before.text  # a session that never imports matplotlib gets no folder
         seen = await console.run(python=_SEEN)
         lines = seen.text.splitlines()
         assert lines[:3] == ["1 True", "True", "False"], seen.text
@@ -64,7 +67,8 @@ async def test_a_slow_build_is_there_before_the_worker_starts(
 ) -> None:
     """mcp-console boots the worker, and runs the startup code, as soon as the server starts: a
     build that takes longer than that (a loaded host, a big font folder) must still be there when
-    it looks. Waited for only before the probe, as it was, the lists came too late now and then."""
+    it looks. (With the lists linked as the startup code ran, not at the first import, the old order,
+    waiting only before the probe, failed this test every time, and the session test 3 runs of 14.)"""
     _, binary = mcp_console
     monkeypatch.setenv("CONSOLE_BRIDGE_CACHE_DIR", str(tmp_path / "bridge-cache"))
     real = _worker_boot.built_font_cache
