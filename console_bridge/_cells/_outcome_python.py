@@ -38,6 +38,9 @@ _console_bridge_bytecode()
 del _console_bridge_bytecode
 
 
+%(fonts)s
+
+
 def _console_bridge_sources():
     # Cells compile from strings named "<mcp-console:python:eN>", which linecache cannot read:
     # tracebacks and warnings showed no source line. Each cell's source is kept in linecache
@@ -565,12 +568,14 @@ del _cb_time, _cb_os, _cb_json, _cb_file
 '''
 
 
-def python_startup_code(nonce: str, *, sql: bool, offline: bool = True) -> str:
+def python_startup_code(nonce: str, *, sql: bool, offline: bool = True, fonts: str = "") -> str:
     """The Python the worker runs before the first cell: outcome hooks and, with ``sql``, a
     DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice). With
-    ``offline`` (the sandbox has no network) a cell that starts an installer fails at once."""
+    ``offline`` (the sandbox has no network) a cell that starts an installer fails at once.
+    ``fonts``: the code that shows matplotlib the session's font lists (``_vetting._font_cache``)."""
     return _PYTHON_STARTUP % {
         "dir": repr(outcome_dir_name(nonce)),
+        "fonts": fonts,
         "sql": "True" if sql else "False",
         "offline": "True" if offline else "False",
     }

@@ -40,6 +40,7 @@ from console_bridge._errors import (
 from console_bridge._governance._policy import Policy
 from console_bridge._identity import Owner, check_owner
 from console_bridge._transport._stdio import base_environment
+from console_bridge._vetting._font_cache import font_startup_code
 from console_bridge._vetting._launch import check_project_config, check_project_overrides, worker_python
 from console_bridge._vetting._profiles import Profile, translate
 from console_bridge._vetting._sandbox import SandboxPolicy, SandboxTextError, parse_sandbox_description
@@ -172,7 +173,8 @@ class Launcher:
             # One startup entry does both: the outcome hooks (see _outcome) and, for SQL, a
             # DuckDB connection that Python owns (with R installed SQL would go to R's DuckDB).
             sql = "sql" in self.server_languages
-            code = python_startup_code(self._inputs.nonce, sql=sql, offline=expected.network == "restricted")
+            offline = expected.network == "restricted"
+            code = python_startup_code(self._inputs.nonce, sql=sql, offline=offline, fonts=font_startup_code())
             argv += ["-c", "startup.language=python", "-c", f"startup.code={yaml_string(code)}"]
         if self._options.dependencies == "deny":
             argv += ["-c", "tool.parameters.requirements.enabled=false"]
@@ -190,7 +192,7 @@ class Launcher:
         facts = checked_venv(python, needed, timeout=self._options.version_timeout)
         if facts is None:
             return
-        self._boot.facts = facts  # what the worker's bootstrap links come from
+        self._boot.facts, self._boot.environment = facts, python  # what the worker's links and fonts come from
         if facts.embedding_missing:
             raise LaunchRefused(f"the worker's Python ({python}) cannot run Python cells: {facts.embedding_fix()}")
         if "duckdb" in facts.missing:
@@ -248,7 +250,7 @@ class Launcher:
                     or bool(self._profile_writable()),
                 )
             )
-            self._boot.link()  # overlaps the view's build and the server's launch; waited for before the probe
+            self._boot.link()  # overlaps the view's build; waited for before the server starts
             supervision = await anyio.to_thread.run_sync(
                 lambda: self._confined.supervision(
                     recording_base=base,
@@ -262,6 +264,10 @@ class Launcher:
                 )
             )
             argv, self.expected = self._serve_args(binary, python)
+            # mcp-console boots the worker, which runs the startup code, as soon as it starts: what
+            # the startup code looks for (the font lists, the bytecode links) must be there first.
+            await self._boot.wait()
+            self._abort_if_closed()
             self.tmpdir = self._confined.tmpdir
             env = (
                 base_environment()
@@ -311,7 +317,6 @@ class Launcher:
             self._observer.outcomes = OutcomeLog(self._confined.tmp_view(), self._inputs.nonce)
             await self._verify(self.conn, binary)
             self._abort_if_closed()
-            await self._boot.wait()
             await self.probe(base)
             self._boot.unlink()  # the worker booted with the probe
             self._abort_if_closed()

@@ -179,6 +179,7 @@ class AsyncConsole(NotCopyable):
             lambda: self._confined.cache_dir,
             wanted="python" in self.languages and dependencies == "deny",
             on_fresh=self._observer.fresh,
+            font_build_timeout=self.startup_timeout,  # (an environment's first start builds its font lists)
         )
         #: files in and out of the TMPDIR, and carried to a fresh worker around a restart
         self._files = SessionFiles(

@@ -1,6 +1,12 @@
 """A part of :class:`AsyncConsole`: a worker's boot. When a fresh worker boots at the next call,
-and the links to the compiled files its bootstrap imports (see ``_bytecode``): made in a thread
-before it boots, waited for before the call that boots it, removed once it ran a cell.
+and what the host puts in the session's cache for it: the links to the compiled files its bootstrap
+imports (see ``_bytecode``), made in a thread before it boots and removed once it ran a cell, and
+matplotlib's font lists (see ``_font_cache``), put there once for the session.
+
+mcp-console boots its first worker, and runs the startup code, as soon as the server starts (not
+at the first call): the launcher waits for the thread before it starts the server. Before, the
+thread was waited for only before the probe, and the font lists, which the first session of an
+environment builds (0.5-1 s), were now and then not there yet when the startup code looked.
 
 The launcher links for the first worker, the call path says when a fresh one is ahead (a restart,
 a worker that died) and when it ran; neither knows how the links are made.
@@ -15,8 +21,10 @@ from pathlib import Path
 
 import anyio
 
+from console_bridge._confinement._registry import bridge_cache_dir
 from console_bridge._vetting._bytecode import bytecode_prefix, link_bytecode
-from console_bridge._vetting._worker_env import VenvFacts
+from console_bridge._vetting._font_cache import built_font_cache, show_font_cache
+from console_bridge._vetting._worker_env import VenvFacts, venv_interpreter
 
 __all__ = ["WorkerBoot"]
 
@@ -31,12 +39,24 @@ class WorkerBoot:
     fresh outcome log again).
     """
 
-    def __init__(self, cache: Callable[[], Path], *, wanted: bool, on_fresh: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        cache: Callable[[], Path],
+        *,
+        wanted: bool,
+        on_fresh: Callable[[], None],
+        font_build_timeout: float = 60.0,
+    ) -> None:
         self._cache = cache
         self._wanted = wanted
         self._on_fresh = on_fresh
+        self._font_build_timeout = font_build_timeout
         #: the worker's Python as inspected on the host (the launcher sets it): what there is to link
         self.facts: VenvFacts | None = None
+        #: the worker's environment (its prefix; the launcher sets it): whose font lists are built
+        self.environment: Path | None = None
+        #: matplotlib's font lists put read-only in the session's cache (``_font_cache``; 0: none)
+        self.fonts_shown = 0
         #: compiled files linked for the worker's bootstrap, the last time links were made
         self.linked = 0
         #: the links' folder while they are there
@@ -49,9 +69,11 @@ class WorkerBoot:
 
     def link(self) -> None:
         """Link the compiled files of the modules the worker imports before the startup code to
-        where the worker's ``PYTHONPYCACHEPREFIX`` points (see ``_bytecode``), in a thread of its
-        own: their file-system work (its cost: ``_bytecode``) hides behind the view's build and the
-        server's launch. The worker starts after :meth:`wait`."""
+        where the worker's ``PYTHONPYCACHEPREFIX`` points (see ``_bytecode``), and, the first
+        time, put matplotlib's font lists in the session's cache (see ``_font_cache``), in a thread
+        of its own, whose file-system work (its cost: ``_bytecode``; the font lists: a link each,
+        or their build, 0.5-1 s once per environment) hides behind the view's build. The server,
+        which boots the worker at once, starts after :meth:`wait`."""
         facts = self.facts
         if facts is None or not facts.search_path or not self._wanted:
             return
@@ -64,9 +86,23 @@ class WorkerBoot:
                 self.linked = link_bytecode(prefix, facts.search_path, facts.cache_tag)
             except OSError:
                 self.linked = 0  # the worker compiles those modules from source, as before
+            if not self.fonts_shown:
+                self.fonts_shown = self._show_fonts(cache, facts)
 
         self.prefix = prefix
         self._in_turn(make)
+
+    def _show_fonts(self, cache: Path, facts: VenvFacts) -> int:
+        """The environment's font lists (built the first time), in the session's cache; how many.
+        Never raises: without them the first ``import matplotlib`` builds its own, as before."""
+        python = venv_interpreter(self.environment) if self.environment is not None else None
+        if python is None:
+            return 0
+        try:
+            built = built_font_cache(bridge_cache_dir(), python, facts.search_path, timeout=self._font_build_timeout)
+            return show_font_cache(built, cache) if built is not None else 0
+        except (OSError, RuntimeError, ValueError):  # (RuntimeError: a symlink loop in resolve())
+            return 0
 
     def unlink(self) -> None:
         """Once the worker has booted, the links have served: remove them in a thread while the
@@ -91,7 +127,8 @@ class WorkerBoot:
         self._thread.start()
 
     async def wait(self) -> None:
-        """Wait for the links' thread (before the worker boots, and before the session's folder is removed)."""
+        """Wait for the links' thread (before the server starts, which boots the worker, before a
+        fresh worker's call, and before the session's folder is removed)."""
         thread, self._thread = self._thread, None
         if thread is not None:
             await anyio.to_thread.run_sync(thread.join)
