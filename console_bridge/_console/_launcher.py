@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from console_bridge._vetting._sandbox import SandboxPolicy, SandboxTextError, pa
 from console_bridge._vetting._version import Binary, check_binary, resolve_command
 from console_bridge._vetting._worker_env import checked_venv
 
-__all__ = ["LaunchInputs", "LaunchOptions", "Launcher", "sandbox_refusal"]
+__all__ = ["LaunchInputs", "LaunchOptions", "Launcher", "sandbox_refusal", "vanished_mount_point"]
 
 
 class LaunchOptions(Protocol):
@@ -441,17 +442,25 @@ class Launcher:
         code = await anyio.to_thread.run_sync(lambda: self._confined.probe_cell(base, workspace_writable, language))
         conn = self._require("probe")
         began = time.perf_counter()
-        refused: BridgeError | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._adopt_during_probe)
-            try:
-                result = await self._calls.call(
-                    {language: code, "timeout_ms": int(self._options.startup_timeout * 1000)}
-                )
-            except BridgeError as exc:  # (raised here, the task group would wrap it in an ExceptionGroup)
-                refused = exc
-            tg.cancel_scope.cancel()  # (an adoption under way finishes first: its thread is not abandoned)
-        if refused is not None:
+        for attempt in (1, 2):
+            refused: BridgeError | None = None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._adopt_during_probe)
+                try:
+                    result = await self._calls.call(
+                        {language: code, "timeout_ms": int(self._options.startup_timeout * 1000)}
+                    )
+                except BridgeError as exc:  # (raised here, the task group would wrap it in an ExceptionGroup)
+                    refused = exc
+                tg.cancel_scope.cancel()  # (an adoption under way finishes first: its thread is not abandoned)
+            if refused is None:
+                break
+            if attempt == 1 and vanished_mount_point(refused) is not None:
+                # Another session on this workspace was closing: mcp-console removes the folders it made
+                # to mount over (.agents, .git, ...) while this sandbox was being set up. The next
+                # worker start makes them again.
+                await anyio.sleep(0.2)
+                continue
             raise sandbox_refusal(refused) from None
         self.probe_ms = (time.perf_counter() - began) * 1000
         if result.running:
@@ -515,9 +524,34 @@ def sandbox_refusal(exc: BridgeError) -> BridgeError:
     lines = [line.strip() for line in text.splitlines() if "bwrap:" in line]
     if not isinstance(exc, ServerError) or not lines:
         return exc
+    said = lines[0][lines[0].index("bwrap:") :]
+    vanished = vanished_mount_point(exc)
+    if vanished is not None:
+        fix = (
+            f" The folder it mounts over ({vanished}) vanished while it started, twice: another session on this "
+            "workspace closing removes it (mcp-console makes and removes such folders). Start again, or give "
+            "concurrent sessions workspaces of their own."
+        )
+    else:  # a namespace or mount the host's profile forbids: a container's runtime names its fix
+        fix = _container_fix() if _PERMISSION.search(said) else ""
     return LaunchRefused(
-        f"mcp-console's sandbox could not start the probe cell: {lines[0][lines[0].index('bwrap:') :]} Nothing "
-        f"ran.{_container_fix()} `console-bridge doctor` checks namespaces on this host.",
+        f"mcp-console's sandbox could not start the probe cell: {said} Nothing ran.{fix} `console-bridge doctor` "
+        "checks namespaces on this host.",
         server=SERVER,
         details={"server_text": text[-2000:]},
     )
+
+
+_PERMISSION = re.compile(r"Operation not permitted|Permission denied|No permissions")
+_VANISHED = re.compile(
+    r"bwrap: Can't (?:mount \w+ on|bind mount \S+ on|create file at) (\S+): No such file or directory"
+)
+
+
+def vanished_mount_point(exc: BridgeError) -> str | None:
+    """The path bubblewrap found missing as it mounted over it (a folder another session's close
+    removed from a shared workspace), from the server's error; None for any other failure."""
+    if not isinstance(exc, ServerError):
+        return None
+    found = _VANISHED.search(str(exc))
+    return found.group(1).removeprefix("/newroot") if found else None

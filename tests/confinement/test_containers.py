@@ -191,6 +191,25 @@ def test_bubblewraps_own_refusal_is_one_line_naming_the_containers_fix(monkeypat
     assert _launcher.sandbox_refusal(other) is other
 
 
+def test_a_mount_point_another_session_removed_is_not_blamed_on_the_container(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mcp-console makes folders in a shared workspace to mount over (.agents, .git, ...) and removes them
+    at close: a session starting then finds one gone (seen once in the Jupyter kernel tests, the kernel's
+    session and its spare on one workspace). The start tries once more; a refusal names the folder and the
+    cause, not a container's seccomp profile."""
+    from console_bridge._console import _launcher
+    from console_bridge._errors import ServerError
+
+    host = host_kind(container=Container("docker", ("/.dockerenv",)))
+    monkeypatch.setattr(_launcher, "detect_host", lambda: host)
+    gone = ServerError("bwrap: Can't mount tmpfs on /newroot/home/u/project/.agents: No such file or directory")
+    assert _launcher.vanished_mount_point(gone) == "/home/u/project/.agents"
+    refusal = _launcher.sandbox_refusal(gone)
+    assert isinstance(refusal, LaunchRefused) and "(/home/u/project/.agents) vanished" in str(refusal)
+    assert "another session on this workspace" in str(refusal) and "seccomp" not in str(refusal)
+    assert _launcher.vanished_mount_point(ServerError(BWRAP)) is None  # a namespace refused: the container's fix
+    assert "seccomp" in str(_launcher.sandbox_refusal(ServerError(BWRAP)))
+
+
 def test_an_unknown_runtime_is_named_as_a_container() -> None:
     message = _refusal(Container("container", ("a cgroup namespace of its own",)))
     assert message.startswith("console-bridge cannot confine a session on Linux: in this container (told by a cgroup")
