@@ -492,7 +492,7 @@ class Launcher:
         self._observer.events.close()
         if self._observer.outcomes is not None:
             self._observer.outcomes.close()
-        await self._boot.wait()  # (the links' thread works in the session's folder, which release removes)
+        await self._boot.close()  # (the links' thread works in the session's folder, which release removes)
         await anyio.to_thread.run_sync(self._confined.release)
         self.state = "closed"
 

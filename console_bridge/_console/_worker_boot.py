@@ -66,6 +66,7 @@ class WorkerBoot:
         #: the session started: a fresh worker later gets links again (the first one's are the launcher's)
         self.armed = False
         self._thread: threading.Thread | None = None
+        self._closed = False  # the session's folder is going: no more work in it
 
     def link(self) -> None:
         """Link the compiled files of the modules the worker imports before the startup code to
@@ -115,7 +116,9 @@ class WorkerBoot:
 
     def _in_turn(self, work: Callable[[], None]) -> None:
         """Run ``work`` in a thread once the links' previous work is done (making and removing them
-        never overlap); :meth:`wait` waits for it."""
+        never overlap); :meth:`wait` waits for it. Nothing once :meth:`close` began."""
+        if self._closed:
+            return
         before = self._thread
 
         def run() -> None:
@@ -129,9 +132,20 @@ class WorkerBoot:
     async def wait(self) -> None:
         """Wait for the links' thread (before the server starts, which boots the worker, before a
         fresh worker's call, and before the session's folder is removed)."""
-        thread, self._thread = self._thread, None
+        thread = self._thread
         if thread is not None:
+            # (cleared once joined, not before: a second waiter, such as a cancel racing a close,
+            # must wait too, or it removes the session's folder under the thread)
             await anyio.to_thread.run_sync(thread.join)
+            if self._thread is thread:
+                self._thread = None
+
+    async def close(self) -> None:
+        """Before the session's folder is removed: no new work starts (a worker dying as the server
+        stops calls :meth:`ahead`, which made links and font lists in the removed folder and left it
+        behind), and the work under way ends."""
+        self._closed = True
+        await self.wait()
 
     def ahead(self) -> None:
         """A fresh worker boots at the next call: it makes a fresh outcome log (``on_fresh``), and its

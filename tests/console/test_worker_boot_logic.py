@@ -81,3 +81,34 @@ async def test_nothing_is_linked_where_the_bridge_stays_out_or_knows_nothing(tmp
     boot.ahead()
     await boot.before_call()
     assert boot.prefix is None and boot.linked == 0 and not (tmp_path / "cache").exists()
+
+
+async def test_every_waiter_waits_for_the_thread_and_nothing_starts_once_closing(tmp_path: Path) -> None:
+    """A cancel racing a close both wait before the session's folder goes: the second waiter saw no
+    thread and let the folder be removed under it, which the thread then made again (a manager closed
+    during a warm-up left ``state/sessions/<id>`` with links and font lists: the bench's churn leak)."""
+    import threading
+
+    import anyio
+
+    boot, _ = _boot(tmp_path)
+    gate = threading.Event()
+    boot._in_turn(gate.wait)  # work under way, as the links' thread
+    done: list[str] = []
+
+    async def waiter(name: str) -> None:
+        await boot.wait()
+        done.append(name)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter, "cancel")
+        tg.start_soon(waiter, "close")
+        await anyio.sleep(0.2)
+        assert done == []  # neither waiter got past the thread still at work
+        gate.set()
+    assert sorted(done) == ["cancel", "close"]
+    await boot.close()
+    boot.ahead()  # a worker dying as the server stops: no links are made in a folder that is going
+    boot.armed = True
+    boot.ahead()
+    assert boot._thread is None and not (tmp_path / "cache").exists()
