@@ -33,6 +33,7 @@ __all__ = [
     "open_file",
     "open_regular",
     "open_root",
+    "prune_unused",
     "read_file",
     "remove_entry",
     "remove_tree",
@@ -414,3 +415,25 @@ def _walk_fd(folder: int, prefix: str, skipped: list[str]) -> Iterator[Entry]:
                 skipped.append(shown)
         finally:
             os.close(fd)
+
+
+def prune_unused(
+    parent: str | os.PathLike[str], keep: str | os.PathLike[str], *, unused: float, stale_build: float
+) -> None:
+    """Remove the folders of a shared cache (``parent``) that no session used for ``unused`` seconds
+    (a use touches its mtime), and builds' ``.build-*`` scratch folders older than ``stale_build``
+    (their builder died); never ``keep``, never through a symlink. Errors are left alone: another
+    process may be pruning or using the same cache."""
+    import shutil
+    import time
+
+    now, keep = time.time(), os.fspath(keep)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            if entry.path == keep:
+                continue
+            with contextlib.suppress(OSError):
+                age = now - entry.stat(follow_symlinks=False).st_mtime
+                dead_build = entry.name.startswith(".build-") and age > stale_build
+                if (age > unused or dead_build) and entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)

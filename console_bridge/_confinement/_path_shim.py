@@ -17,11 +17,11 @@ import hashlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from console_bridge._confinement._namespaces import SetupError, fill_shim
+from console_bridge._hostfs import prune_unused
 
 __all__ = ["cached_shim"]
 
@@ -69,18 +69,5 @@ def cached_shim(cache: Path, sources: Sequence[str], hide: Sequence[str]) -> Pat
         os.rename(scratch, final)
     except (OSError, SetupError):
         shutil.rmtree(scratch, ignore_errors=True)  # (another start renamed its own first: use it)
-    _prune(parent, keep=final)
+    prune_unused(parent, final, unused=_UNUSED, stale_build=3600)
     return final if _ours(final) else None
-
-
-def _prune(parent: Path, keep: Path) -> None:
-    now = time.time()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(parent):
-            if entry.path == str(keep):
-                continue
-            with contextlib.suppress(OSError):
-                unused = now - entry.stat(follow_symlinks=False).st_mtime
-                stale_build = entry.name.startswith(".build-") and unused > 3600
-                if (unused > _UNUSED or stale_build) and entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)

@@ -34,9 +34,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from console_bridge._hostfs import prune_unused
 
 __all__ = ["FONT_FOLDER", "built_font_cache", "font_startup_code", "show_font_cache"]
 
@@ -157,7 +158,7 @@ def built_font_cache(cache: Path, python: Path, search_path: Sequence[str], *, t
         os.rename(scratch, final)  # whole or not at all; fails when another build got there first
     except (OSError, subprocess.SubprocessError):
         shutil.rmtree(scratch, ignore_errors=True)
-    _prune(parent, keep=final)
+    prune_unused(parent, final, unused=_UNUSED, stale_build=_STALE_BUILD)
     return final if _ours(final) and _fontlists(final) else None
 
 
@@ -193,17 +194,3 @@ def show_font_cache(built: Path, session_cache: Path) -> int:
                 continue
         shown += 1
     return shown
-
-
-def _prune(parent: Path, keep: Path) -> None:
-    """Remove the caches no session used for ``_UNUSED`` seconds, and dead builds' scratch folders."""
-    now = time.time()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(parent):
-            if entry.path == str(keep):
-                continue
-            with contextlib.suppress(OSError):
-                unused = now - entry.stat(follow_symlinks=False).st_mtime
-                stale_build = entry.name.startswith(".build-") and unused > _STALE_BUILD
-                if (unused > _UNUSED or stale_build) and entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
