@@ -14,7 +14,9 @@ once said in a piece; the cell's result keeps its head and tail (:func:`_whole_o
 Memory stays within a read block and one rich result's text.
 
 The raw log keeps what the polls render away (escape sequences, overwritten progress lines): the
-earlier polls' end is found by the omitting poll's head, searched from the bytes they held on.
+earlier polls' end is found by the omitting poll's head, searched from the bytes they held on, and
+the log's text is rendered as the polls render it (:mod:`_escapes`, its state carried from one read
+to the next, so a sequence cut between two reads never leaks).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from console_bridge._cells._notices import (
     join_segments,
 )
 from console_bridge._cells._observe import CellObserver, split_chunk
+from console_bridge._console._escapes import EscapeFilter
 from console_bridge._console._whole_output import OMITTED, raw_log, stream_at
 from console_bridge._hostfs import open_regular
 from console_bridge._results import CellResult
@@ -119,6 +122,7 @@ class LiveOutput:
         self._before: list[tuple[str, str]] = []  # what the polls' own pieces carried
         self._frames = Frames()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._escapes = EscapeFilter()  # what the polls strip, stripped from the log's text
 
     def pieces(self, chunk: CellResult, recording: Path | None) -> Iterator[CellResult]:
         """The pieces of one poll's ``chunk`` (``recording``: the session's recording folder)."""
@@ -215,18 +219,23 @@ class LiveOutput:
                 self.offset += len(block)
                 if over:
                     self.stopped = True
-                    yield from self._frames.feed(self._decoder.decode(block, final=True), final=True)
+                    yield from self._frames.feed(self._text(block, final=True), final=True)
                     yield ("stdout", _stopped_notice(self.limit or 0, str(self.path)), None)
                     return
                 if not block:
                     break
-                yield from self._frames.feed(self._decoder.decode(block))
+                yield from self._frames.feed(self._text(block))
         except OSError:
             return
         finally:
             os.close(fd)
         if final:
-            yield from self._frames.feed(self._decoder.decode(b"", final=True), final=True)
+            yield from self._frames.feed(self._text(b"", final=True), final=True)
+
+    def _text(self, block: bytes, *, final: bool = False) -> str:
+        """A block of the log as text, rendered as a poll renders it (a character or a sequence cut at
+        the block's end waits for its rest)."""
+        return self._escapes.feed(self._decoder.decode(block, final=final), final=final)
 
 
 def _stopped_notice(limit: int, where: str) -> str:

@@ -9,8 +9,10 @@ said it omitted something, :func:`complete` reads that file, inside the session'
 never through a symlink, and rebuilds the result's text, stderr and segments from it. Past
 ``max_output`` bytes the head and the tail (half each, on character boundaries) are kept, the
 stream in force where the tail starts carried over, and a notice between them says how many bytes
-were dropped and where the whole output is. Memory on the host stays within ``max_output`` plus a
-read buffer, whatever a cell prints.
+were dropped and where the whole output is. The log's text is rendered as a poll renders it
+(:mod:`_escapes`: escape sequences and C1 controls stripped, a carriage return dropping the line's
+text before it), so nothing a poll would have stripped reaches the result. Memory on the host stays
+within ``max_output`` plus a read buffer, whatever a cell prints.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from console_bridge._cells._notices import (
     join_segments,
     split_streams,
 )
+from console_bridge._console._escapes import strip_escapes
 from console_bridge._hostfs import open_regular
 from console_bridge._results import CellResult
 
@@ -135,7 +138,7 @@ def _read(path: Path, limit: int | None, start: int = 0) -> tuple[Segments, int]
         room = None if limit is None else max(limit - start, limit // 2)
         if room is None or size - start <= room:
             data = os.pread(fd, size - start, start) if size > start else b""
-            return split_streams(first + data.decode("utf-8", errors="replace"))[1], 0
+            return split_streams(first + strip_escapes(data.decode("utf-8", errors="replace")))[1], 0
         half = room // 2
         head = os.pread(fd, half + 3, start)
         head_end = _boundary(head, half)
@@ -146,8 +149,8 @@ def _read(path: Path, limit: int | None, start: int = 0) -> tuple[Segments, int]
         state = _state(fd, start + head_end, tail_start)
         if state == "same":  # no marker dropped: the stream where the head ends goes on
             state = stream_at(fd, start + head_end)
-        head_segments = split_streams(first + head[:head_end].decode("utf-8", errors="replace"))[1]
-        tail_segments = split_streams(_lead(state) + tail[cut:].decode("utf-8", errors="replace"))[1]
+        head_segments = split_streams(first + strip_escapes(head[:head_end].decode("utf-8", errors="replace")))[1]
+        tail_segments = split_streams(_lead(state) + strip_escapes(tail[cut:].decode("utf-8", errors="replace")))[1]
         dropped = tail_start - start - head_end
         note = (("stdout", omitted_notice(dropped, limit or 0, str(path))),)
         return join_segments([*head_segments, *note, *tail_segments]), dropped
@@ -164,8 +167,8 @@ def complete(
 
     ``shown`` is what ``run(on_output=...)`` passed on from the polls before the first that omitted
     something, and where in the raw log they ended: the result is that, then the log from there
-    (the polls render away escape sequences and overwritten lines the raw log keeps: the result is
-    what was streamed)."""
+    (the result is what was streamed: the polls' pieces before, the log's text, rendered as the polls
+    render it, from there)."""
     if not result.truncated:
         return result
     path = raw_log(result.text + result.stderr, recording)
