@@ -3,6 +3,7 @@ real MCP clients (the official SDK, console-bridge's own McpConnection), nothing
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -89,6 +90,10 @@ class HttpServer:
             raise AssertionError(f"serve did not exit within {STOP_BOUND}s of signal {sig}") from None
         finally:
             if self.proc.stderr is not None and self.proc.poll() is not None:
+                # what serve said after the lines read so far (why it exited as it did): in this
+                # object's repr, which a failed `assert server.stop() == 0` shows
+                with contextlib.suppress(OSError, ValueError):
+                    self.stderr += self.proc.stderr.read().decode(errors="replace").splitlines()[-40:]
                 self.proc.stderr.close()
 
 
