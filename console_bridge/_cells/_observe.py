@@ -31,7 +31,7 @@ from console_bridge._cells._outcome import OutcomeLog, limit_failure, tampered_f
 from console_bridge._cells._recordings import Recording
 from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
 
-__all__ = ["CellObserver", "cell_from", "for_model", "merge", "reword_restart", "split_chunk"]
+__all__ = ["CellObserver", "cell_from", "for_model", "is_restart_notice_only", "merge", "reword_restart", "split_chunk"]
 
 _OMITTED = "[output omitted: "
 #: The last part of a rich result's id when its bundle is its text/plain alone (the startup code's
@@ -190,6 +190,11 @@ def split_chunk(chunk: CellResult) -> list[CellResult]:
 
 _RESTART_LINE = re.compile(r"^\[[^\]\n]*explicit restart required\]$", re.MULTILINE)
 RESTARTED = "[console-bridge: a fresh worker was started; the in-memory state is lost]"
+
+
+def is_restart_notice_only(text: str) -> bool:
+    """Is ``text`` the server's "explicit restart required" notice and nothing else?"""
+    return _RESTART_LINE.fullmatch(text.strip()) is not None
 
 
 def reword_restart(cell: CellResult) -> CellResult:

@@ -17,7 +17,7 @@ import psutil
 
 from console_bridge._cells._notebook import CellLog
 from console_bridge._cells._notices import BEING_POLLED, BUSY
-from console_bridge._cells._observe import CellObserver, merge, reword_restart
+from console_bridge._cells._observe import CellObserver, is_restart_notice_only, merge, reword_restart
 from console_bridge._cells._recordings import Recording
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._console._session_files import SessionFiles
@@ -31,6 +31,12 @@ __all__ = ["CallPath"]
 
 #: What mcp-console answers a call in flight when it shuts down (its stdin closed: `console-bridge kill`).
 _STOPPED = "[worker stopped before operation completed]"
+
+
+def _refused_unrun(cell: CellResult) -> bool:
+    """The server's answer holds nothing but its "explicit restart required" notice: no output, no exit of a
+    worker (a cell that ran and died says how its worker ended)."""
+    return not cell.worker_exited and is_restart_notice_only(cell.combined)
 
 
 def _alive(pid: int) -> bool:
@@ -80,6 +86,8 @@ class CallPath:
         self.cells = CellLog()
         self._cell: tuple[str, str, list[CellResult]] | None = None
         self._worker_died_at: float | None = None  # when a worker last died or was restarted
+        #: the last cell's result told the caller its worker was killed (a limit, an exit), and no restart came since
+        self._death_reported = False
 
     async def call(self, args: dict[str, Any], *, errors_as_results: bool = False) -> CellResult:
         """One ``send``. An error result raises :class:`ServerError`, except a worker exit (a
@@ -95,8 +103,15 @@ class CallPath:
             return await self._send(conn, args, language, errors_as_results=errors_as_results)
 
     async def _send(
-        self, conn: AsyncMcpConnection, args: dict[str, Any], language: str | None, *, errors_as_results: bool = False
+        self,
+        conn: AsyncMcpConnection,
+        args: dict[str, Any],
+        language: str | None,
+        *,
+        errors_as_results: bool = False,
+        again: bool = False,
     ) -> CellResult:
+        death_reported, self._death_reported = self._death_reported, False
         mark = self._observer.mark(language)
         started = time.monotonic()
         meter = self.meter
@@ -136,6 +151,12 @@ class CallPath:
             if cell.worker_exited or restart or errors_as_results:
                 if restart:
                     await self.restart_worker()
+                    if language is not None and death_reported and not again and _refused_unrun(cell):
+                        # The worker the last cell's limit killed was gone before this cell: the server refused it
+                        # unrun with nothing but its restart notice (its death was that cell's news, not this
+                        # one's). The code never ran, so it goes to the fresh worker now (issue 30).
+                        self._cell = None
+                        return await self._send(conn, args, language, errors_as_results=errors_as_results, again=True)
                     cell = reword_restart(cell)
                 return self._measured(cell)
             if text.lstrip().startswith(_STOPPED) and await self._server_went_away(conn):
@@ -179,6 +200,7 @@ class CallPath:
         """The observation that ends a cell carries what the cell used; the cell goes to the log."""
         if cell.worker_exited or (cell.error is not None and cell.error.kind in ("limit", "worker_exited")):
             self._worker_died_at = time.monotonic()  # the server is bringing up a fresh worker (see _submit)
+            self._death_reported = not (cell.running or cell.waiting_for_input)
         if cell.worker_exited or (cell.error is not None and cell.error.kind == "worker_exited"):
             self._boot.ahead()  # (a limit the worker survived, e.g. TMPDIR full, needs no new one)
         elif self._boot.pending and self._cell is not None and not (cell.running or cell.waiting_for_input):
@@ -218,6 +240,7 @@ class CallPath:
         is still under way would be refused as Busy (see ``_submit``)."""
         conn = self._require("restart")
         self._worker_died_at = time.monotonic()
+        self._death_reported = False
         self._boot.ahead()
         await self._boot.before_call()
         async with self._files.kept():

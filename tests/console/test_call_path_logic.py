@@ -126,3 +126,36 @@ async def test_a_restart_through_send_makes_a_fresh_worker_ahead() -> None:
     calls, boot, fresh = _path(conn)
     await calls.call({"control": "restart", "timeout_ms": 1000})
     assert boot.pending and fresh == ["fresh"]
+
+
+def _refused_unrun() -> ServerError:
+    text = "[worker stopped: in-memory state lost; explicit restart required]"
+    return ServerError("refused", result=ToolResult(text=text, is_error=True, server="mcp-console", tool="send"))
+
+
+async def test_a_cell_refused_unrun_after_a_reported_kill_goes_to_the_fresh_worker() -> None:
+    """Issue 30: a limit killed the worker at the end of a cell, whose result said so; the server then refused
+    the next cell with nothing but its restart notice, and that cell came back with no error and no output,
+    its code never run (seen in the burst test). It is submitted again to the fresh worker, once."""
+    text = "[worker sideband read failed: worker sideband closed]\n[worker terminated by signal 9]"
+    killed = ServerError("died", result=ToolResult(text=text, is_error=True, server="mcp-console", tool="send"))
+    conn = Replies(killed, _refused_unrun(), _text("[idle]"), _text("2\n"))
+    calls, _, _ = _path(conn)
+    first = await calls.call({"python": "burst()", "timeout_ms": 1000})
+    assert first.worker_exited
+    cell = await calls.call({"python": "print(2)", "timeout_ms": 1000})
+    assert cell.text == "2\n" and cell.error is None, cell
+    assert [(sent.get("python"), sent.get("control")) for sent in conn.sent] == [
+        ("burst()", None),
+        ("print(2)", None),
+        (None, "restart"),
+        ("print(2)", None),
+    ]
+
+
+async def test_a_refusal_nobody_was_told_of_is_not_submitted_again() -> None:
+    """Without a kill the caller was told of, the same refusal is that cell's news: reworded, not run."""
+    conn = Replies(_refused_unrun(), _text("[idle]"))
+    calls, _, _ = _path(conn)
+    cell = await calls.call({"python": "print(2)", "timeout_ms": 1000})
+    assert "fresh worker was started" in cell.text and len(conn.sent) == 2
