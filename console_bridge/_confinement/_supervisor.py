@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import gc
 import os
 import resource
 import select
@@ -236,6 +237,13 @@ class Supervisor:
         if not self.direct:
             read_end, self.stdin_w = os.pipe()
         cwd = self.config.get("cwd")
+        if isinstance(self.config.get("view"), dict):
+            for name in ("_namespaces", "_setid", "_remask"):  # imported once, here: shared with the remasker
+                _sibling(name)
+        # The remasker is a fork of the server's process, and so of this one: the pages they share stay
+        # shared only while neither writes them. No collection walks (and writes) what exists now.
+        gc.collect()
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the server
             # Only the server joins the session's groups (and so everything it starts): the
