@@ -561,6 +561,21 @@ def _console_bridge_install(_dir_name, _want_sql):
 
 _console_bridge_install(%(dir)s, %(sql)s)
 del _console_bridge_install
+
+
+def _console_bridge_trim():
+    # What the worker's startup freed in the C heap stays resident (glibc gives back only the top of
+    # its heap): 1.2 of the idle worker's 4 MiB of heap. It goes back to the system now, before the
+    # first cell. ctypes is imported by mcp-console's worker already; without glibc, nothing.
+    try:
+        import ctypes
+        ctypes.CDLL(None).malloc_trim(0)
+    except Exception:
+        pass
+
+
+_console_bridge_trim()
+del _console_bridge_trim
 import time as _cb_time, os as _cb_os, json as _cb_json
 with open(_cb_os.path.join(_cb_os.environ.get("TMPDIR") or "/tmp", %(dir)s, "outcomes.jsonl"), "a") as _cb_file:
     _cb_file.write(_cb_json.dumps({"type": "ready", "at": _cb_time.time()}) + "\n")

@@ -43,20 +43,24 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
+import gc
 import os
 import resource
 import select
-import signal
 import stat
 import sys
 import time
 
-# Startup time matters (it adds to every session's cold start): no typing, contextlib or shutil
-# at import; mypy still sees the annotations.
+# Startup time and memory matter (every session has a supervisor, and its remasker is a fork of
+# it): no typing, contextlib or shutil at import, and neither json nor signal, whose imports bring
+# re and enum (1.1 MiB of the 4.2 MiB a `python -I -S` with this module's imports holds privately);
+# the C modules below them do the same work. mypy still sees the annotations and signal's stubs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
     from typing import Any
+else:
+    import _signal as signal  # signal's functions and constants, without its enums
 
 SETUP_FAILED = 71
 _PR_SET_PDEATHSIG = 1
@@ -73,6 +77,36 @@ _RLIMITS = {
 def _fail(message: str) -> None:
     os.write(2, f"console-bridge supervisor: {message}\n".encode())
     os._exit(SETUP_FAILED)
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)`` for the configuration the host wrote with ``json.dumps``, by the C scanner
+    json itself uses (``_json``), without importing json (see the imports above). Whatever that
+    scanner does not read as exactly one value (and where there is none) is json's own to read or
+    to refuse: raises ValueError (``json.JSONDecodeError``) for anything but one JSON value."""
+    scanner_of: Any = None  # _json.make_scanner (its stub wants a JSONDecoder; any object with these settings does)
+    try:
+        from _json import make_scanner as scanner_of
+    except ImportError:
+        pass
+
+    class Context:  # what json.decoder.JSONDecoder gives its scanner, by default
+        strict = True
+        object_hook = object_pairs_hook = None
+        parse_float, parse_int, parse_constant = float, int, float  # float("NaN"), float("-Infinity")
+
+    if scanner_of is not None:
+        start = len(text) - len(text.lstrip(" \t\n\r"))
+        try:
+            value, end = scanner_of(Context())(text, start)
+        except (StopIteration, ValueError, SystemError):  # (its errors need json.decoder imported)
+            pass
+        else:
+            if not text[end:].strip(" \t\n\r"):
+                return value
+    import json
+
+    return json.loads(text)
 
 
 def _libc() -> ctypes.CDLL:
@@ -203,6 +237,13 @@ class Supervisor:
         if not self.direct:
             read_end, self.stdin_w = os.pipe()
         cwd = self.config.get("cwd")
+        if isinstance(self.config.get("view"), dict):
+            for name in ("_namespaces", "_setid", "_remask"):  # imported once, here: shared with the remasker
+                _sibling(name)
+        # The remasker is a fork of the server's process, and so of this one: the pages they share stay
+        # shared only while neither writes them. No collection walks (and writes) what exists now.
+        gc.collect()
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the server
             # Only the server joins the session's groups (and so everything it starts): the
@@ -426,7 +467,7 @@ class Supervisor:
 
 def main() -> None:
     try:
-        config = json.loads(sys.argv[1])
+        config = loads(sys.argv[1])
     except (IndexError, ValueError) as exc:
         _fail(f"bad configuration ({exc})")
         return

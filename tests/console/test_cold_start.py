@@ -97,3 +97,40 @@ async def test_a_fresh_worker_reads_linked_bytecode_again(mcp_console, workspace
         assert not prefix.exists()
         kept = await console.run(python="print(6 * 7)")  # and the session goes on as usual
         assert kept.error is None and kept.text.strip() == "42"
+
+
+# The worker's C heap: resident (its [heap] mapping's Rss) and in use (glibc's mallinfo2), in KiB.
+_HEAP = """
+import ctypes, json
+libc = ctypes.CDLL(None)
+if not hasattr(libc, "mallinfo2"):
+    print("null")  # not glibc 2.33 or later
+else:
+    class Info(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                     "keepcost")]
+    libc.mallinfo2.restype = Info
+    in_use = libc.mallinfo2().uordblks // 1024
+    resident, heap = 0, False
+    with open("/proc/self/smaps") as handle:
+        for line in handle:
+            first = line.split()[0]
+            if not first.endswith(":"):
+                heap = line.rstrip().endswith("[heap]")
+            elif heap and first == "Rss:":
+                resident += int(line.split()[1])
+    print(json.dumps([resident, in_use]))
+"""
+
+
+async def test_the_worker_gives_back_what_its_startup_freed(mcp_console, workspace, recordings):
+    """An idle worker's C heap holds little free memory resident: its startup code ends with
+    malloc_trim (issue 35: without it 1.5 of the heap's 4.1 MiB were free and resident, after it 0.3)."""
+    _, binary = mcp_console
+    async with AsyncConsole(workspace, command=binary, recordings_dir=recordings) as console:
+        figures = json.loads((await console.run(python=_HEAP)).text)
+        if figures is None:
+            pytest.skip("the worker's C library has no mallinfo2")
+        resident, in_use = figures
+        assert resident - in_use < 768, figures
