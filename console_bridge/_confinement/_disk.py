@@ -240,6 +240,9 @@ class WriteWatch:
                 and now - last_walk >= max(10 * spent, 0.02 * slow)
                 and (now - last_walk >= self.interval * slow or (not trusted and self._fs_shrank()))
             )
+            # without the kernel's changes a cell is held by the file systems' free space (fail closed: the
+            # host's writes count too): the next walk, which watches every folder again, comes sooner
+            walk = walk or (writes and not trusted and self.cell_running and now - last_walk >= max(2 * spent, 0.02))
             # 20 ms only for what a kernel does not hold (memory, tasks); the sandbox's /dev has the kernel's cap
             # (_devcap) and is looked at every 0.1 s, as before (a faster loop shifted the server's timing)
             quick = self.memory_limit is not None or self.count_tasks
