@@ -24,7 +24,8 @@ cells when they overdraw:
   what the session added until the next walk has watched every folder again: fail closed, what
   the host writes to the same file system meanwhile counts as the session's. Deleting files
   gives budget back: the limit is on the net bytes added, by anyone, while the session runs;
-  a burst after a deletion is stopped when the file systems confirm it (else a walk decides).
+  a file the last walk found at ``KEPT_SIZE`` or more gives its bytes back at once, a smaller
+  one at the next walk (a renamed file or a second link counts whole under its new name).
   Measured (``scripts/measure_burst.py``): a burst stops within a few MiB of the limit, the
   stated margin is 256 MiB (what a cell writes in 5 ms and while it is killed, loaded).
 * **/dev/shm** (``"accounting"``): the sandbox mcp-console builds for its worker mounts a
@@ -49,7 +50,7 @@ from pathlib import Path
 
 import psutil
 
-from console_bridge._confinement._inotify import ChangeWatch
+from console_bridge._confinement._inotify import KEPT_SIZE, ChangeWatch
 from console_bridge._confinement._mounts import sandbox_tmpfs_used
 from console_bridge._confinement._proctree import descendant_pids
 
@@ -85,6 +86,7 @@ class FolderUsage:
         total, seen, entries = 0, set(), 0
         #: the bytes the walk counted of each file the kernel names as changed since it began
         tracked, visited = (changes.first if changes is not None else None), {}
+        sizes = changes.sizes if changes is not None else {}  # (what a deletion gives back at once)
         for top in self.folders:
             try:
                 info = os.lstat(top)
@@ -120,6 +122,8 @@ class FolderUsage:
                                     total += st.st_blocks * 512
                             else:
                                 total += st.st_blocks * 512
+                                if st.st_blocks * 512 >= KEPT_SIZE and stat.S_ISREG(st.st_mode):
+                                    sizes[entry.path] = st.st_blocks * 512
                             if tracked and entry.path in tracked:
                                 visited[entry.path] = st.st_blocks * 512
                 except OSError:
@@ -302,8 +306,6 @@ class WriteWatch:
     def _tick(self) -> None:
         """During a walk (under the lock): the changes since it began overdraw a limit, the cells stop now."""
         hit = self._fast_hit(during_walk=True)
-        if hit == "writes" and self._gave_back:
-            return  # the walk under way counts what the removed files gave back, and decides
         if hit is not None:
             self.hits[hit] += 1
             with contextlib.suppress(Exception):
@@ -320,8 +322,8 @@ class WriteWatch:
             if hit is not None or not during_walk:
                 return hit
         changes.drain()
-        grown = changes.grown
-        if self.limit is not None and grown > _GROWTH and self.added + grown > self.limit:
+        # (what deleted files of a known size gave back since counts at once; a cell is blamed only for growth)
+        if self.limit is not None and changes.grown > _GROWTH and self.added + changes.grown - changes.freed > self.limit:
             return "writes"
         created = changes.created
         if self.files_limit is not None and created > _NEW_FILES and self.files_added + created > self.files_limit:
@@ -344,10 +346,7 @@ class WriteWatch:
         reported since the last walk (no walk)."""
         with self._lock:
             hit = self._fast_hit() if fast else None
-            if hit == "writes" and self._gave_back:
-                # the books are from before files were removed: a walk counts what they gave back, and decides
-                hit, writes, only_if_grown = None, True, False
-            # (files removed since the last walk: the walk counts what they gave back, before the next cell)
+            # (files removed since the last walk: the walk counts what the small ones gave back, before the next cell)
             removed = self.usage is not None and self.usage.changes is not None and self.usage.changes.removed > 0
             if (
                 writes
@@ -407,18 +406,6 @@ class WriteWatch:
     def _counts(self) -> bool:
         """Does the watch keep the writable folders' books (bytes or files added)?"""
         return self.usage is not None and (self.limit is not None or self.files_limit is not None)
-
-    @property
-    def _gave_back(self) -> bool:
-        """Were files removed since the last walk, and did the writable folders' file systems lose no more
-        than the budget left since it? Then ``added`` may be high by what the files held (a deleted file's
-        size is gone with it), and growth alone overdraws nothing until a walk counts. (A file system's net
-        loss bounds what was added net, by anyone: a burst after a deletion is stopped without a walk,
-        which takes seconds in a big tree.)"""
-        changes = self.usage.changes if self.usage is not None else None
-        if changes is None or changes.removed <= 0:
-            return False
-        return self.limit is None or self._fs_lost()[0] <= self.limit - self.added + _GROWTH
 
     def _blind_hit(self) -> str | None:
         """The limit overdrawn while the kernel's changes are incomplete (its watches ran out, its queue

@@ -232,6 +232,9 @@ _IN_DELETE = 0x200
 _IN_ISDIR = 0x40000000
 #: Files changed between two walks kept track of, at most (then only the walks count, until the next).
 _MAX_CHANGED = 200_000
+#: A walk keeps the size of each file of at least this many bytes (one link only), so that deleting it gives
+#: its bytes back at once; a smaller file's bytes come back at the next walk.
+KEPT_SIZE = 256 << 10
 #: Entries of new folders listed in one read of the kernel's events, at most (then the books are incomplete
 #: until the next walk: a rename of a big tree costs one walk, not one each).
 _MAX_LISTED = 20_000
@@ -256,7 +259,10 @@ class ChangeWatch(_Watch):
         self.now: dict[str, int] = {}  # and now
         self.created = 0  # entries created (minus removed) since the last walk
         self.grown = 0  # bytes the changed files grew by since the last walk
-        self.removed = 0  # files deleted or moved away since the last walk (bytes given back only a walk counts)
+        self.removed = 0  # files deleted or moved away since the last walk
+        #: the bytes of each file of at least ``KEPT_SIZE`` as the last walk found it (set by the walk)
+        self.sizes: dict[str, int] = {}
+        self.freed = 0  # bytes given back since the last walk: files in ``sizes`` deleted or moved away
 
     def add(self, folder: str) -> bool:
         """Watch ``folder``; False when it was watched already (under this name or another: a folder
@@ -327,7 +333,8 @@ class ChangeWatch(_Watch):
         self._read()
         self.first = {path: _bytes(path) for path in self.now}
         self.now = dict(self.first)
-        self.created = self.grown = self.removed = 0
+        self.created = self.grown = self.removed = self.freed = 0
+        self.sizes = {}
 
     def rebase(self, visited: dict[str, int]) -> None:
         """A walk ended, having counted ``visited`` (the bytes of files changed since it began, as it
@@ -382,13 +389,19 @@ class ChangeWatch(_Watch):
                 elif mask & (_IN_DELETE | _IN_MOVED_FROM):
                     self.created -= 1
                 continue
-            if mask & _IN_CREATE:
-                if path not in self.first:  # (not already found by the listing of a new folder)
+            if mask & (_IN_CREATE | _IN_MOVED_TO):
+                # a new name: not the file the walk measured there (its size is no credit), and all its bytes are
+                # new (a file moved in, or a second link, counts whole: what a move or unlink of the old name
+                # gave back is taken again)
+                self.sizes.pop(path, None)
+                if path not in self.first or mask & _IN_MOVED_TO:  # (not already found by a new folder's listing)
                     self.created += 1
+                    self._set(path, None)
                     self.first[path] = 0
             elif mask & (_IN_DELETE | _IN_MOVED_FROM):
                 self.created -= 1
                 self.removed += 1
+                self.freed += self.sizes.pop(path, 0)
                 self._set(path, None)
                 changed.discard(path)
                 continue
