@@ -323,7 +323,8 @@ class WriteWatch:
                 return hit
         changes.drain()
         # (what deleted files of a known size gave back since counts at once; a cell is blamed only for growth)
-        if self.limit is not None and changes.grown > _GROWTH and self.added + changes.grown - changes.freed > self.limit:
+        net = self.added + changes.grown - changes.freed
+        if self.limit is not None and changes.grown > _GROWTH and net > self.limit:
             return "writes"
         created = changes.created
         if self.files_limit is not None and created > _NEW_FILES and self.files_added + created > self.files_limit:

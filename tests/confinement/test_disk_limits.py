@@ -445,9 +445,9 @@ def test_deleting_files_gives_the_budget_back_before_the_next_walk(tmp_path: Pat
 
 def test_a_rename_or_a_second_link_gives_nothing_back(tmp_path: Path) -> None:
     """Attacks on the credit a deletion gives: the bytes of a file renamed inside the tree, or kept by a
-    second link, are still there, so removing the old name frees nothing net (the new name counts whole); a small file's deletion (its size
-    not kept) gives its bytes back only at the next walk. Each burst after them is stopped by the kernel's
-    changes, without a walk."""
+    second link, are still there, so removing the old name frees nothing net (the new name counts whole); a
+    small file's deletion (its size not kept) gives its bytes back only at the next walk. Each burst after
+    them is stopped by the kernel's changes, without a walk."""
     root = tmp_path / "ws"
     (root / "sub").mkdir(parents=True)
     for name in ("renamed.bin", "linked.bin", "old.bin"):
