@@ -17,9 +17,17 @@ cells when they overdraw:
   for writes and new entries), read every 5 ms while a cell runs and between the entries of a
   walk: a burst is stopped within milliseconds of its bytes, whatever the tree's size (a walk
   of 400,000 files takes seconds). The ``files`` limit counts the entries added the same way.
-  Where the watches run out or the kernel's queue overflows, the walks alone count until the
-  next walk has watched every folder again. Deleting files gives budget back: the limit is on
-  the net bytes added, by anyone, while the session runs.
+  A folder that appears is watched and listed at once (what a cell put in it before its watch
+  is in the books: ``os.makedirs('a/b/c')`` then a burst in it was blind). Where the kernel's
+  changes are incomplete (its watches ran out, its queue overflowed, a big tree was renamed),
+  the file systems' net loss since the last walk (a ``statvfs`` each, every 5 ms) stands for
+  what the session added until the next walk has watched every folder again: fail closed, what
+  the host writes to the same file system meanwhile counts as the session's. Deleting files
+  gives budget back: the limit is on the net bytes added, by anyone, while the session runs;
+  a file the last walk found at ``KEPT_SIZE`` or more gives its bytes back at once, a smaller
+  one at the next walk (a renamed file or a second link counts whole under its new name).
+  Measured (``scripts/measure_burst.py``): a burst stops within a few MiB of the limit, the
+  stated margin is 256 MiB (what a cell writes in 5 ms and while it is killed, loaded).
 * **/dev/shm** (``"accounting"``): the sandbox mcp-console builds for its worker mounts a
   fresh ``/dev`` tmpfs, whose ``shm`` folder (and every other name in it) is only bounded by
   memory; the same watcher measures every tmpfs the worker can write but the session's capped
@@ -42,7 +50,7 @@ from pathlib import Path
 
 import psutil
 
-from console_bridge._confinement._inotify import ChangeWatch
+from console_bridge._confinement._inotify import KEPT_SIZE, ChangeWatch
 from console_bridge._confinement._mounts import sandbox_tmpfs_used
 from console_bridge._confinement._proctree import descendant_pids
 
@@ -76,6 +84,9 @@ class FolderUsage:
             changes.walked()
             changes.failed = changes.failed and not watch
         total, seen, entries = 0, set(), 0
+        #: the bytes the walk counted of each file the kernel names as changed since it began
+        tracked, visited = (changes.first if changes is not None else None), {}
+        sizes = changes.sizes if changes is not None else {}  # (what a deletion gives back at once)
         for top in self.folders:
             try:
                 info = os.lstat(top)
@@ -111,9 +122,15 @@ class FolderUsage:
                                     total += st.st_blocks * 512
                             else:
                                 total += st.st_blocks * 512
+                                if st.st_blocks * 512 >= KEPT_SIZE and stat.S_ISREG(st.st_mode):
+                                    sizes[entry.path] = st.st_blocks * 512
+                            if tracked and entry.path in tracked:
+                                visited[entry.path] = st.st_blocks * 512
                 except OSError:
                     continue
         self.entries = entries
+        if changes is not None:
+            changes.rebase(visited)
         if watch and changes is not None:
             changes.complete = changes.fd >= 0 and not changes.failed
         return total
@@ -161,7 +178,10 @@ class WriteWatch:
         self.files_limit = files_limit
         watched = usage is not None and (limit is not None or files_limit is not None)
         if usage is not None and watched and usage.changes is None:
-            usage.changes = ChangeWatch()  # between two walks, the kernel names what changed
+            usage.changes = ChangeWatch(usage.exclude)  # between two walks, the kernel names what changed
+        #: (file system, free bytes, free inodes) before the last walk began (``_fs_lost``)
+        self._fs: list[tuple[str, int, int]] = []
+        self._fs = self._free_space() if watched else []
         self.baseline = usage.measure() if usage is not None and watched else 0
         self.total = self.baseline
         self.baseline_entries = self.entries = usage.entries if usage is not None and watched else 0
@@ -171,7 +191,6 @@ class WriteWatch:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._fs: list[tuple[str, int, int]] = []  # (folder, free bytes, free inodes at the last look)
         self._shm_before: tuple[int, int] | None = None  # (worker pid, bytes) at the last look
         #: set by the session while a cell runs: a hit then stops the worker too; between cells only
         #: the processes the cells left behind (an idle worker writes nothing, and a worker killed
@@ -225,6 +244,9 @@ class WriteWatch:
                 and now - last_walk >= max(10 * spent, 0.02 * slow)
                 and (now - last_walk >= self.interval * slow or (not trusted and self._fs_shrank()))
             )
+            # without the kernel's changes a cell is held by the file systems' free space (fail closed: the
+            # host's writes count too): the next walk, which watches every folder again, comes sooner
+            walk = walk or (writes and not trusted and self.cell_running and now - last_walk >= max(2 * spent, 0.02))
             # 20 ms only for what a kernel does not hold (memory, tasks); the sandbox's /dev has the kernel's cap
             # (_devcap) and is looked at every 0.1 s, as before (a faster loop shifted the server's timing)
             quick = self.memory_limit is not None or self.count_tasks
@@ -255,7 +277,7 @@ class WriteWatch:
             # the kernel's changes are a read of one descriptor: every 5 ms while a cell runs (a cell writes
             # to the page cache at some GB/s: this bounds the overshoot)
             pace = 0.02 * slow if writes or self.cell_running else 0.1 * slow
-            if trusted and self.cell_running:
+            if writes and self.cell_running:  # (without the kernel's changes, a statvfs each: as cheap)
                 pace = 0.005
             self._wake.wait(pace)
             if not self._closed:
@@ -284,8 +306,6 @@ class WriteWatch:
     def _tick(self) -> None:
         """During a walk (under the lock): the changes since it began overdraw a limit, the cells stop now."""
         hit = self._fast_hit(during_walk=True)
-        if hit == "writes" and self._gave_back:
-            return  # the walk under way counts what the removed files gave back, and decides
         if hit is not None:
             self.hits[hit] += 1
             with contextlib.suppress(Exception):
@@ -295,11 +315,16 @@ class WriteWatch:
         """The limit the changes since the last walk overdraw (``ChangeWatch``: the bytes the changed
         files grew by, the entries created), else None; the cells are blamed only for growth since."""
         changes = self.usage.changes if self.usage is not None else None
-        if changes is None or not (changes.complete or during_walk):
+        if changes is None:
             return None
+        if not changes.complete:
+            hit = self._blind_hit()
+            if hit is not None or not during_walk:
+                return hit
         changes.drain()
-        grown = changes.grown
-        if self.limit is not None and grown > _GROWTH and self.added + grown > self.limit:
+        # (what deleted files of a known size gave back since counts at once; a cell is blamed only for growth)
+        net = self.added + changes.grown - changes.freed
+        if self.limit is not None and changes.grown > _GROWTH and net > self.limit:
             return "writes"
         created = changes.created
         if self.files_limit is not None and created > _NEW_FILES and self.files_added + created > self.files_limit:
@@ -322,13 +347,18 @@ class WriteWatch:
         reported since the last walk (no walk)."""
         with self._lock:
             hit = self._fast_hit() if fast else None
-            if hit == "writes" and self._gave_back:
-                # the books are from before files were removed: a walk counts what they gave back, and decides
-                hit, writes, only_if_grown = None, True, False
-            if writes and self.usage is not None and self._counts and (not only_if_grown or self._fs_shrank()):
+            # (files removed since the last walk: the walk counts what the small ones gave back, before the next cell)
+            removed = self.usage is not None and self.usage.changes is not None and self.usage.changes.removed > 0
+            if (
+                writes
+                and self.usage is not None
+                and self._counts
+                and (not only_if_grown or removed or self._fs_shrank())
+            ):
+                fs = self._free_space()  # (before: what lands during the walk is counted, maybe twice, never not)
                 before, self.total = self.total, self.usage.measure(self._tick if stop else None)
                 entries_before, self.entries = self.entries, self.usage.entries
-                self._fs = self._free_space()
+                self._fs = fs
                 if self.limit is not None and self.added > self.limit and self.total > before + _GROWTH:
                     hit = "writes"
                 elif (
@@ -364,9 +394,10 @@ class WriteWatch:
                     # what the killed processes had in flight lands now: the next look starts from here
                     time.sleep(0.05)
                     if self.usage is not None and self._counts:
+                        fs = self._free_space()
                         self.total = self.usage.measure()
                         self.entries = self.usage.entries
-                        self._fs = self._free_space()
+                        self._fs = fs
                     if pid is not None:
                         after = self._tmpfs_used(pid)
                         self._shm_before = (pid, after) if after is not None else None
@@ -377,12 +408,17 @@ class WriteWatch:
         """Does the watch keep the writable folders' books (bytes or files added)?"""
         return self.usage is not None and (self.limit is not None or self.files_limit is not None)
 
-    @property
-    def _gave_back(self) -> bool:
-        """Were files removed since the last walk? Then ``added`` is high by what they held (a deleted
-        file's size is gone with it), and growth alone overdraws nothing until a walk counts."""
-        changes = self.usage.changes if self.usage is not None else None
-        return changes is not None and changes.removed > 0
+    def _blind_hit(self) -> str | None:
+        """The limit overdrawn while the kernel's changes are incomplete (its watches ran out, its queue
+        overflowed, a big tree was renamed), until the next walk: the file systems' net loss since the
+        last walk stands for what the session added. Fail closed: what the host writes to the same file
+        systems meanwhile (the recording's files too) is counted as the session's."""
+        lost, inodes = self._fs_lost()
+        if self.limit is not None and lost > _GROWTH and self.added + lost > self.limit:
+            return "writes"
+        if self.files_limit is not None and inodes > _NEW_FILES and self.files_added + inodes > self.files_limit:
+            return "files"
+        return None
 
     @property
     def files_added(self) -> int:
@@ -429,13 +465,29 @@ class WriteWatch:
         return used + ((self.shm_limit or 0) + 2 * _GROWTH if self.blinded else 0)
 
     def _free_space(self) -> list[tuple[str, int, int]]:
-        """(folder, free bytes, free inodes) of each writable folder's file system."""
-        out = []
+        """(folder, free bytes, free inodes) of each writable folder's file system, once each."""
+        out, seen = [], set()
         for folder in self.usage.folders if self.usage is not None else []:
             with contextlib.suppress(OSError):
-                info = os.statvfs(folder)
-                out.append((folder, info.f_bavail * info.f_frsize, info.f_ffree))
+                device = os.stat(folder).st_dev
+                if device not in seen:
+                    seen.add(device)
+                    info = os.statvfs(folder)
+                    out.append((folder, info.f_bavail * info.f_frsize, info.f_ffree))
         return out
+
+    def _fs_lost(self) -> tuple[int, int]:
+        """(bytes, inodes) the writable folders' file systems lost since before the last walk, net (a
+        ``statvfs`` each); one that cannot be looked at any more counts as having lost everything."""
+        lost = inodes = 0
+        for folder, free, files in self._fs:
+            try:
+                info = os.statvfs(folder)
+            except OSError:
+                return 1 << 62, 1 << 62
+            lost += free - info.f_bavail * info.f_frsize
+            inodes += files - info.f_ffree
+        return lost, inodes
 
     def _fs_shrank(self) -> bool:
         """Did a writable folder's file system lose free blocks or inodes since the last walk (a file

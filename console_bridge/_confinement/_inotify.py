@@ -15,10 +15,11 @@ import ctypes
 import ctypes.util
 import os
 import select
+import stat
 import struct
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 __all__ = ["ChangeWatch", "FolderWatch"]
 
@@ -231,6 +232,12 @@ _IN_DELETE = 0x200
 _IN_ISDIR = 0x40000000
 #: Files changed between two walks kept track of, at most (then only the walks count, until the next).
 _MAX_CHANGED = 200_000
+#: A walk keeps the size of each file of at least this many bytes (one link only), so that deleting it gives
+#: its bytes back at once; a smaller file's bytes come back at the next walk.
+KEPT_SIZE = 256 << 10
+#: Entries of new folders listed in one read of the kernel's events, at most (then the books are incomplete
+#: until the next walk: a rename of a big tree costs one walk, not one each).
+_MAX_LISTED = 20_000
 _CHANGES = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 
 
@@ -238,11 +245,13 @@ class ChangeWatch(_Watch):
     """What changed under some trees between two walks of them, from the kernel: the bytes files
     grew by and the entries created, however many files the trees hold (a walk of 400,000 files
     takes seconds; this costs a ``stat`` per changed file). Every folder of the trees is watched
-    (``add``, from the walk); ``complete`` is False when one could not be (the watches ran out) or
-    the kernel's queue overflowed, and only the walks count until the next one has run."""
+    (``add``, from the walk; a folder that appears, when its creation is read, and listed then);
+    ``complete`` is False when one could not be (the watches ran out), the kernel's queue
+    overflowed or a new folder held too much to list, until the next walk has run."""
 
-    def __init__(self) -> None:
+    def __init__(self, exclude: Iterable[str] = ()) -> None:
         super().__init__(_CHANGES)
+        self.exclude = frozenset(exclude)  # folders left out of the books (the recordings)
         self.folders: dict[int, str] = {}
         self.complete = False  # every folder watched, nothing lost since (set by the walk that watched them)
         self.failed = False  # a folder could not be watched
@@ -250,16 +259,62 @@ class ChangeWatch(_Watch):
         self.now: dict[str, int] = {}  # and now
         self.created = 0  # entries created (minus removed) since the last walk
         self.grown = 0  # bytes the changed files grew by since the last walk
-        self.removed = 0  # files deleted or moved away since the last walk (bytes given back only a walk counts)
+        self.removed = 0  # files deleted or moved away since the last walk
+        #: the bytes of each file of at least ``KEPT_SIZE`` as the last walk found it (set by the walk)
+        self.sizes: dict[str, int] = {}
+        self.freed = 0  # bytes given back since the last walk: files in ``sizes`` deleted or moved away
 
-    def add(self, folder: str) -> None:
-        if self.fd < 0:
-            return
+    def add(self, folder: str) -> bool:
+        """Watch ``folder``; False when it was watched already (under this name or another: a folder
+        renamed keeps its watch, which takes the new name). A folder that cannot be watched makes the
+        books incomplete; one that is gone is nothing to watch (a folder made and removed at once turns
+        nothing off)."""
+        if self.fd < 0 or folder in self.exclude:
+            return False
         wd = self._add(folder)
         if wd < 0:
-            self.complete, self.failed = False, True
-        else:
-            self.folders[wd] = folder
+            try:
+                gone = not stat.S_ISDIR(os.lstat(folder).st_mode)
+            except OSError:
+                gone = True
+            if not gone:
+                self.complete, self.failed = False, True
+            return not gone
+        new = wd not in self.folders
+        self.folders[wd] = folder
+        return new
+
+    def _list(self, top: str, budget: int, changed: set[str], *, moved: bool) -> int:
+        """A folder that appeared (made, or moved in): what it held before its watch, which the kernel
+        did not report, put in the books -- each file (a made one from zero bytes, a moved one or a
+        second link from its bytes now) to be measured with the changed files, each folder watched and
+        listed in turn. Past ``budget`` entries the books are incomplete (until the next walk); what
+        is left of the budget is returned."""
+        stack = [top] if top not in self.exclude else []
+        while stack:
+            try:
+                with os.scandir(stack.pop()) as listing:
+                    for entry in listing:
+                        budget -= 1
+                        if budget < 0:
+                            self.complete = False
+                            return budget
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISDIR(st.st_mode):
+                            if self.add(entry.path) and not moved:
+                                self.created += 1
+                            if entry.path not in self.exclude:
+                                stack.append(entry.path)
+                        elif entry.path not in self.first:
+                            self.created += 0 if moved else 1
+                            self.first[entry.path] = st.st_blocks * 512 if moved or st.st_nlink > 1 else 0
+                            changed.add(entry.path)
+            except OSError:
+                continue
+        return budget
 
     def changed(self) -> bool:
         """Did anything change since the last walk (a change counted or one still queued)? A select of
@@ -278,7 +333,17 @@ class ChangeWatch(_Watch):
         self._read()
         self.first = {path: _bytes(path) for path in self.now}
         self.now = dict(self.first)
-        self.created = self.grown = self.removed = 0
+        self.created = self.grown = self.removed = self.freed = 0
+        self.sizes = {}
+
+    def rebase(self, visited: dict[str, int]) -> None:
+        """A walk ended, having counted ``visited`` (the bytes of files changed since it began, as it
+        found them): their growth counts from there, not twice (a file written during a walk was in its
+        total and in ``grown``, and a writer under the limit was stopped early)."""
+        for path, size in visited.items():
+            if path in self.first:
+                self.first[path] = size
+        self.grown = sum(max(0, self.now.get(path, first) - first) for path, first in self.first.items())
 
     def _set(self, path: str, size: int | None) -> None:
         """The bytes of ``path`` now (None: gone), ``grown`` kept as the sum over the changed files."""
@@ -300,6 +365,7 @@ class ChangeWatch(_Watch):
 
     def _read(self) -> set[str]:
         changed: set[str] = set()
+        budget = _MAX_LISTED
         for wd, mask, name in self._take():
             if mask & _IN_Q_OVERFLOW:
                 self.complete = False
@@ -312,18 +378,30 @@ class ChangeWatch(_Watch):
                 continue
             path = os.path.join(folder, os.fsdecode(name))
             if mask & _IN_ISDIR:
-                if mask & (_IN_CREATE | _IN_MOVED_TO):
+                if mask & _IN_CREATE:
+                    if self.add(path):  # (not already found by the listing of a new folder)
+                        self.created += 1
+                    budget = self._list(path, budget, changed, moved=False)
+                elif mask & _IN_MOVED_TO:
                     self.created += 1
-                    self.add(path)  # (what is already in it when it is watched: the next walk)
+                    self.add(path)
+                    budget = self._list(path, budget, changed, moved=True)
                 elif mask & (_IN_DELETE | _IN_MOVED_FROM):
                     self.created -= 1
                 continue
-            if mask & _IN_CREATE:
-                self.created += 1
-                self.first.setdefault(path, 0)
+            if mask & (_IN_CREATE | _IN_MOVED_TO):
+                # a new name: not the file the walk measured there (its size is no credit), and all its bytes are
+                # new (a file moved in, or a second link, counts whole: what a move or unlink of the old name
+                # gave back is taken again)
+                self.sizes.pop(path, None)
+                if path not in self.first or mask & _IN_MOVED_TO:  # (not already found by a new folder's listing)
+                    self.created += 1
+                    self._set(path, None)
+                    self.first[path] = 0
             elif mask & (_IN_DELETE | _IN_MOVED_FROM):
                 self.created -= 1
                 self.removed += 1
+                self.freed += self.sizes.pop(path, 0)
                 self._set(path, None)
                 changed.discard(path)
                 continue

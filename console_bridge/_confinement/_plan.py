@@ -273,7 +273,8 @@ _DISK = {
     "writes": (
         "cells can write nothing but their TMPDIR",
         "the bytes added to the writable folders are measured while cells run; past the limit the cells are "
-        "stopped (overshoot: what the cells write between two looks, 20 ms to 0.25 s)",
+        "stopped (overshoot: what the cells write in 5 ms while a cell runs, 0.1 s between cells; margin "
+        "stated: 256 MiB)",
     ),
     "files": (
         "cells can create nothing but in their TMPDIR",
