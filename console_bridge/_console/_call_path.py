@@ -31,6 +31,12 @@ __all__ = ["CallPath"]
 
 #: What mcp-console answers a call in flight when it shuts down (its stdin closed: `console-bridge kill`).
 _STOPPED = "[worker stopped before operation completed]"
+#: The connection's words for a server that ended by itself with status 0 (under a call: its input closed).
+_CLEAN_EXIT = "the server process exited with status 0"
+_CLOSED_OUTSIDE = (
+    "send: the session was closed from outside while the cell ran (`console-bridge kill`, or its supervisor was "
+    "stopped); its state is gone. Start a new console."
+)
 
 
 def _refused_unrun(cell: CellResult) -> bool:
@@ -126,6 +132,10 @@ class CallPath:
             result = await self._submit(conn, args, code=language is not None)
         except ConnectionClosed as exc:
             reason = self._close_reason()
+            if reason is None and language is not None and _CLEAN_EXIT in str(exc):
+                # mcp-console ends with status 0 only when its input closes: the session was shut from outside
+                # (`console-bridge kill`, its supervisor stopped) and the server went before it answered the cell
+                raise ConnectionClosed(_CLOSED_OUTSIDE, server=SERVER, pid=exc.pid) from None
             if reason is None:
                 raise
             raise type(exc)(f"send: this console was {reason}", server=SERVER, pid=exc.pid) from None
@@ -160,12 +170,7 @@ class CallPath:
                     cell = reword_restart(cell)
                 return self._measured(cell)
             if text.lstrip().startswith(_STOPPED) and await self._server_went_away(conn):
-                raise ConnectionClosed(
-                    "send: the session was closed from outside while the cell ran (`console-bridge kill`, or its "
-                    "supervisor was stopped); its state is gone. Start a new console.",
-                    server=SERVER,
-                    pid=conn.pid,
-                ) from None
+                raise ConnectionClosed(_CLOSED_OUTSIDE, server=SERVER, pid=conn.pid) from None
             raise ServerError(f"mcp-console refused the call: {text[:2000]}", result=cell, server=SERVER) from None
         self._observer.submitted(language, mark)
         cell = await self._observer.observe(result, started)

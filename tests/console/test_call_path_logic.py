@@ -159,3 +159,20 @@ async def test_a_refusal_nobody_was_told_of_is_not_submitted_again() -> None:
     calls, _, _ = _path(conn)
     cell = await calls.call({"python": "print(2)", "timeout_ms": 1000})
     assert "fresh worker was started" in cell.text and len(conn.sent) == 2
+
+
+async def test_a_server_that_ended_cleanly_under_a_cell_was_closed_from_outside() -> None:
+    """`console-bridge kill` during a cell: mcp-console answers the cell "[worker stopped ...]" as it shuts down,
+    or, under load, ends (status 0, its input closed) before it answers. Both say the session was closed from
+    outside (the second said "server crashed" in a full suite's run)."""
+    gone = ConnectionClosed(
+        "tool 'send': server 'mcp-console' crashed: the server process exited with status 0; the connection is closed",
+        server="mcp-console",
+    )
+    calls, _, _ = _path(Replies(gone))
+    with pytest.raises(ConnectionClosed, match="closed from outside while the cell ran"):
+        await calls.call({"python": "import time; time.sleep(60)", "timeout_ms": 1000})
+    crashed = ConnectionClosed("server 'mcp-console' crashed: the server process exited with status -9")
+    calls, _, _ = _path(Replies(crashed))
+    with pytest.raises(ConnectionClosed, match="status -9"):
+        await calls.call({"python": "1", "timeout_ms": 1000})

@@ -80,7 +80,7 @@ def test_a_failing_console_cell_stops_the_notebook_there(tmp_path: Path) -> None
         ("stream", "stderr"),
         ("display_data", None),
         ("execute_result", None),
-    ], rich
+    ], [(out["output_type"], out.get("name"), str(out.get("text", ""))[:400]) for out in rich]
     assert rich[0]["text"] == "to stderr\n" and rich[1]["data"]["text/html"] == "<b>bold</b>"
     assert "<table" in rich[2]["data"]["text/html"] and "a" in rich[2]["data"]["text/plain"]
     [table] = outputs[5]  # a SQL result: an HTML table, as the cell's value
