@@ -419,7 +419,7 @@ class AsyncSessionManager(NotCopyable):
                 self._ready.remove(entry)
             entry.state, spare = "closing", spare_recording(entry)
             await entry.console.close()
-            drop_recording(spare)  # (an unused warm session leaves no recording)
+            await drop_recording(spare)  # (an unused warm session leaves no recording)
             folder, entry.folder = entry.folder, None
             await remove_folder(folder)
             self._forget(entry, why)
@@ -435,7 +435,7 @@ class AsyncSessionManager(NotCopyable):
     async def _kill_orphan(self, console: AsyncConsole, folder: str | None = None, spare: Any = None) -> None:
         with anyio.CancelScope(shield=True):
             await console.cancel()
-            drop_recording(spare)
+            await drop_recording(spare)
             await remove_folder(folder)
         self._orphans.discard(console)
 
@@ -511,7 +511,7 @@ class AsyncSessionManager(NotCopyable):
             with anyio.CancelScope(shield=True):
                 spare = spare_recording(entry)
                 await entry.console.close()
-                drop_recording(spare)
+                await drop_recording(spare)
                 self._forget(entry, _MANAGER_CLOSED)
             raise
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -10,9 +9,9 @@ from datetime import UTC, datetime
 import anyio
 import psutil
 
-from console_bridge._cells._recordings import Recording, Recordings
+from console_bridge._cells._recordings import Recording, Recordings, find_recording
 from console_bridge._console._session import AsyncConsole
-from console_bridge._errors import BridgeError, ConnectionClosed
+from console_bridge._errors import BridgeError, ConnectionClosed, NotAllowed
 from console_bridge._identity import Owner
 from console_bridge._manager._info import SessionState
 
@@ -70,15 +69,30 @@ def server_alive(entry: Entry) -> bool:
 
 def spare_recording(entry: Entry) -> Recording | None:
     """The recording of a warm session never handed out: the probe and the warm-up cell, nobody's work.
-    Taken before the session closes (the recording is found by its server's pid)."""
+    Taken before the session closes (the recording is found by its server's pid, the connection's or,
+    during a warm-up, the process the manager started)."""
     if entry.owner is not None or entry.cold:
         return None
-    return entry.console.recording
+    recording = entry.console.recording
+    if recording is None and entry.server is not None:
+        recording = find_recording(entry.console.recordings_base, entry.server.pid)
+    return recording
 
 
-def drop_recording(recording: Recording | None) -> None:
+async def drop_recording(recording: Recording | None, *, within: float = 2.0) -> None:
     """Delete a spare's recording once its server is gone, so that no orphan is listed (with no work in
-    it) and left for ever: retention prunes by workspace. A live one is refused and kept. Never raises."""
-    if recording is not None:
-        with contextlib.suppress(BridgeError, OSError):
+    it) and left for ever: retention prunes by workspace. A live one is refused: it is tried again
+    while its server ends (bounded by ``within`` seconds), then kept. Never raises."""
+    if recording is None:
+        return
+    deadline = time.monotonic() + within
+    while True:
+        try:
             Recordings(recording.path.parent.parent).delete(recording.run_id)
+            return
+        except NotAllowed:  # (live: the closed server's process had not ended yet, seen under load)
+            if time.monotonic() >= deadline:
+                return
+            await anyio.sleep(0.05)
+        except (BridgeError, OSError):
+            return
