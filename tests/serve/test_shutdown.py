@@ -107,6 +107,10 @@ def test_stdio_signal_with_a_running_cell(tmp_path: Path, sig: int) -> None:
     answers = [m for m in rest if m.get("id") == 3]
     assert len(answers) <= 1 and all("error" in m or m["result"].get("isError") for m in answers), rest
     assert_clean(tmp_path, status, err)
+    events = sorted(tmp_path.rglob("events.jsonl"))
+    tail = events[-1].read_text(errors="replace")[-3000:] if events else "(no recording)"
+    # (once under the final check's load the cell's finally had not run: serve's stderr and the recording say why)
+    assert (tmp_path / "ws" / "finally.txt").exists(), f"stderr:\n{err[-3000:]}\nrecording's events:\n{tail}"
     assert (tmp_path / "ws" / "finally.txt").read_text() == "ran"
 
 
