@@ -131,6 +131,7 @@ class Supervision:
     tmpdir: Path | None = None
     cleanup: tuple[Path, ...] = ()
     view: MountPlan | None = None
+    holds: tuple[str, ...] = ()  # lock files of the writable folders, held until the supervisor ends
 
     def command(self, argv: list[str], *, cwd: str | None, grace: float) -> list[str]:
         """The command line that starts ``argv`` under the supervisor (see :func:`supervisor_command`)."""
@@ -142,6 +143,7 @@ class Supervision:
             tmpdir=self.tmpdir,
             cleanup=list(self.cleanup),
             view=self.view,
+            holds=list(self.holds),
         )
 
     @property
@@ -401,6 +403,7 @@ def supervisor_command(
     tmpdir: Path | None = None,
     cleanup: list[Path] | None = None,
     view: MountPlan | None = None,
+    holds: list[str] | None = None,
 ) -> list[str]:
     """``python -I -S _supervisor.py CONFIG`` for ``argv`` (the server, resolved to a path),
     inside ``systemd-run --scope`` when the session's limits live in a scope of its own."""
@@ -422,4 +425,6 @@ def supervisor_command(
             config["scope_cells"] = {"processes": confinement.limits.processes}
     if view is not None:
         config["view"] = view
+    if holds:
+        config["holds"] = holds
     return [*prefix, sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config)]

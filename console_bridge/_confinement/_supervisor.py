@@ -164,6 +164,7 @@ class Supervisor:
         self.userns_fd: int | None = None  # root's sessions: the user namespace of the session's ids
         self.session_ids: int | None = None  # the host id of the session's root (uid and gid)
         self.ids_lock: int | None = None  # held while the session lives: no other session gets its ids
+        self.holds: list[int] = []  # shared holds on the writable folders (``_shared_roots``), until exit
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -186,6 +187,7 @@ class Supervisor:
                 _fail(f"cannot set RLIMIT_{name.upper()}={soft}: {exc}")
         if "fsize" in dict(self.config.get("rlimits", {})):
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the cap fail with EFBIG instead
+        self.hold_roots([str(path) for path in self.config.get("holds", [])])
         cells = self.config.get("scope_cells")
         if isinstance(cells, dict):
             self.split_scope(int(cells["processes"]))
@@ -193,6 +195,23 @@ class Supervisor:
         ids = view.get("ids") if isinstance(view, dict) else None
         if isinstance(ids, dict):
             self.make_ids(ids)
+
+    def hold_roots(self, locks: list[str]) -> None:
+        """Hold each writable folder's lock shared until this process ends, after every process of
+        the session (see ``_shared_roots``): a host that dies first does not free the folder's
+        names while its cells live. The host holds them already, so none waits."""
+        if not locks:
+            return
+        import fcntl
+
+        for lock in locks:
+            try:
+                fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except OSError as exc:
+                _fail(f"holding the writable folder's lock {lock} failed: {exc}")
+                return
+            self.holds.append(fd)
 
     def make_ids(self, ids: dict[str, Any]) -> None:
         """Root's session: claim a block of unprivileged host ids and make the user namespace that

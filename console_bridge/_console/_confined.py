@@ -26,6 +26,7 @@ from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
 from console_bridge._confinement._recording_cap import RecordingCap
 from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir, r_hooks_dir, register, state_dir
+from console_bridge._confinement._shared_roots import RootHold
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._adopted_worker import AdoptedWorker
 from console_bridge._console._limit_text import fork_refused, limit_text, out_of_memory
@@ -61,6 +62,7 @@ class SessionConfinement:
         self._shm_hit = False
         self._memory_stopped = False  # the memory watch stopped the last cell (else the RLIMIT_AS backstop)
         self._shm_full = False  # the sandbox's /dev, capped by the kernel, became full in the last cell
+        self.roots: RootHold | None = None  # the writable folders' names mcp-console mounts over
 
     # ------------------------------------------------------------------ start
     def prepare(self, *, owner: str, profile: str, recording_base: Path, writable: bool = True) -> None:
@@ -95,10 +97,17 @@ class SessionConfinement:
         writable_roots: list[Path],
         read_roots: list[Path],
         search_path: str | None = None,
+        protected: tuple[tuple[str, bool], ...] = (),
     ) -> Supervision:
-        """Build the session's view and deny list; what the supervisor gets (blocking)."""
+        """Build the session's view and deny list; what the supervisor gets (blocking).
+        ``protected``: the names mcp-console mounts over in each writable folder, made first and
+        kept while any session uses the folder (``_confinement._shared_roots``)."""
         assert self.entry is not None and self.confinement is not None
         self.cache_dir.mkdir(mode=0o700, exist_ok=True)
+        writable = [*([self.workspace] if workspace_writable else []), *writable_roots]
+        if protected and writable:
+            self.roots = RootHold(state_dir() / "roots")
+            self.roots.acquire(writable, protected)
         self.plant_early()
         if "r" in languages:
             self._r_profile = r_hooks_dir() / f"{self.entry.id}.Rprofile"
@@ -144,8 +153,9 @@ class SessionConfinement:
         plan = self.view.plan()
         if self.ids is not None:
             plan["ids"] = self.ids.config()
-        self._books(recording_base, [*([self.workspace] if workspace_writable else []), *writable_roots])
-        return Supervision(self.confinement, self.entry.tmpdir, (self.entry.path,), plan)
+        self._books(recording_base, writable)
+        holds = tuple(self.roots.locks) if self.roots is not None else ()
+        return Supervision(self.confinement, self.entry.tmpdir, (self.entry.path,), plan, holds)
 
     def _books(self, recording_base: Path, writable: list[Path]) -> None:
         """The disk limits' bookkeeping: the writes baseline (a walk of the writable folders, before
@@ -513,3 +523,5 @@ class SessionConfinement:
                     shutil.rmtree(self.entry.path, ignore_errors=True)
         if self.confinement is not None:
             self.confinement.release()
+        if self.roots is not None:
+            self.roots.release()

@@ -287,12 +287,13 @@ def translate(
                 f"{version} does not support; use mcp-console 0.0.6 or a profile without it"
             )
         if profile.base == "workspace":
-            # 0.0.5 has no sandbox.profile: grant the workspace itself, keep .git/.agents read-only.
+            # 0.0.5 has no sandbox.profile: grant the workspace itself, keep .git/.agents read-only, and
+            # .claude (0.0.6 keeps it; the bridge makes it for 0.0.5 too: _confinement._shared_roots).
             read_write.append(str(workspace))
             writable.add(str(workspace))
             read_only.extend(
                 str(workspace / name)
-                for name in (".git", ".agents")
+                for name in (".git", ".agents", ".claude")
                 if (workspace / name).exists() and str(workspace / name) not in denied
             )
     if profile.tempdir == "managed":
