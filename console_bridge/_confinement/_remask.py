@@ -29,6 +29,7 @@ supervisor (``PR_SET_PDEATHSIG``) and is killed with the rest of the session's t
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 import struct
@@ -120,12 +121,14 @@ def secret(info: os.stat_result) -> bool:
 class Remasker:
     """The watch: ``names`` (absolute paths in the view) and, with ``etc``, that tree by mode."""
 
-    def __init__(self, names: list[str], etc: str | None, *, mount: bool = True) -> None:
+    def __init__(self, names: list[str], etc: str | None, *, mount: bool = True, fd: int | None = None) -> None:
         self.names = [os.path.normpath(name) for name in names]
         self.etc = os.path.normpath(etc) if etc else None
         self.mount = mount  # (False: tests of the watch alone record what would be masked)
         self.libc = _libc()
-        self.fd = self.libc.inotify_init1(os.O_CLOEXEC)
+        # ``fd``: an inotify instance shared with other sessions' watches (``_remaskd``), not closed here
+        self.owned = fd is None
+        self.fd = self.libc.inotify_init1(os.O_CLOEXEC) if fd is None else fd
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
         self.folders: dict[int, str] = {}
@@ -183,7 +186,7 @@ class Remasker:
             self.masked.append(path)
             if self._points is not None:
                 self._points.add(path)
-        else:
+        elif ctypes.get_errno() != errno.ENOENT:  # (gone again: what comes under the name next is an event)
             self.failed.append(f"{path}: {os.strerror(ctypes.get_errno())}")
 
     def _follow(self, name: str) -> None:
@@ -280,7 +283,8 @@ class Remasker:
         self.handle(os.read(self.fd, 1 << 16))
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.owned:
+            os.close(self.fd)
 
 
 def start(config: dict[str, Any] | None, supervisor: int) -> int | None:
@@ -339,3 +343,34 @@ def _run(remasker: Remasker, supervisor: int) -> None:
         except OSError as exc:
             os.write(2, f"console-bridge remasker: stopped: {exc}\n".encode())
             return
+
+
+def namespace_fds() -> list[int]:
+    """This process's user and mount namespaces (opened once they are the session's, before the
+    view hides ``/proc``'s old name): what the shared remasker enters to mask (``register``)."""
+    return [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in ("user", "mnt")]
+
+
+def register(connection: int, config: dict[str, Any] | None, namespaces: list[int]) -> None:
+    """Hand this session's watch to the host process's shared remasker (``_remaskd``) over
+    ``connection`` (the supervisor's link to it) with ``namespaces`` (``namespace_fds``), and wait
+    until it has watched and masked what it names. Raises OSError when it refuses or is gone: the
+    session is refused rather than run with hidden names nobody keeps hidden."""
+    import _socket
+    import marshal
+
+    names = [str(name) for name in (config or {}).get("names", [])]
+    etc = (config or {}).get("etc")
+    spec = marshal.dumps({"names": names, "etc": str(etc) if etc else None})
+    sock = _socket.socket(fileno=os.dup(connection))
+    try:
+        rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(namespaces)}i", *namespaces))
+        sock.sendmsg([spec], [rights])
+        answer = sock.recv(4096)
+    finally:
+        sock.close()
+        for fd in namespaces:
+            os.close(fd)
+    if answer != b"ok":
+        why = answer.decode(errors="replace") or "it is gone"
+        raise OSError(errno.EIO, f"the shared remasker refused the session's hidden names ({why})")

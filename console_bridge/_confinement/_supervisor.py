@@ -164,6 +164,7 @@ class Supervisor:
         self.userns_fd: int | None = None  # root's sessions: the user namespace of the session's ids
         self.session_ids: int | None = None  # the host id of the session's root (uid and gid)
         self.ids_lock: int | None = None  # held while the session lives: no other session gets its ids
+        self.remasker: int | None = None  # the link to the host process's shared remasker (``_remaskd``)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -193,6 +194,24 @@ class Supervisor:
         ids = view.get("ids") if isinstance(view, dict) else None
         if isinstance(ids, dict):
             self.make_ids(ids)
+        watch = view.get("watch") if isinstance(view, dict) else None
+        if isinstance(watch, dict) and watch.get("helper"):
+            self.connect_remasker(str(watch["helper"]))
+
+    def connect_remasker(self, path: str) -> None:
+        """The session's link to the shared remasker: the server registers its watch over it, and its
+        hang-up (the helper died, or ended this session after a failed remask) ends the session."""
+        import _socket
+
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            _fail(f"cannot reach the shared remasker at {path}: {exc}")
+            return
+        self.remasker = sock.detach()
+        os.set_inheritable(self.remasker, False)  # (the server's process closes its copy before exec)
 
     def make_ids(self, ids: dict[str, Any]) -> None:
         """Root's session: claim a block of unprivileged host ids and make the user namespace that
@@ -291,13 +310,15 @@ class Supervisor:
         try:
             if self.userns_fd is not None:
                 _namespaces.enter("mapped")
+                namespaces = _remask.namespace_fds() if self.remasker is not None else []
                 _namespaces.apply_plan(view, self.userns_fd, self.session_ids)
-                _remask.start(view.get("watch"), self.supervisor_pid)  # (as the host's root, in the view)
+                self.remask(view, namespaces)  # (as the host's root, in the view)
                 _namespaces.become_session_root(self.userns_fd)
             else:
                 _namespaces.enter("user")
+                namespaces = _remask.namespace_fds() if self.remasker is not None else []
                 _namespaces.apply_plan(view)
-                _remask.start(view.get("watch"), self.supervisor_pid)
+                self.remask(view, namespaces)
             _namespaces.own_keyring()
             _namespaces.die_with_parent()
         except (_namespaces.SetupError, OSError) as exc:
@@ -306,6 +327,19 @@ class Supervisor:
             _setid.install()  # no cell makes a set-user-ID file (what cells write lands as the host's user)
         except _setid.SetidError as exc:
             _fail(f"{exc}; console-bridge refuses to start a session that could plant set-user-ID files")
+
+    def remask(self, view: dict[str, Any], namespaces: list[int]) -> None:
+        """In the server's process, its view built: the hidden names handed to the host process's shared
+        remasker (and this process's copy of the link closed), or, without one, a remasker of its own."""
+        _remask = _sibling("_remask")
+        if self.remasker is None:
+            _remask.start(view.get("watch"), self.supervisor_pid)
+            return
+        try:
+            _remask.register(self.remasker, view.get("watch"), namespaces)
+        finally:
+            os.close(self.remasker)
+            self.remasker = None
 
     # ------------------------------------------------------------------- run
     @property
@@ -378,6 +412,8 @@ class Supervisor:
         poller = select.poll()
         poller.register(wake_r, select.POLLIN)
         poller.register(0, select.POLLRDHUP if self.direct else select.POLLIN)
+        if self.remasker is not None:  # (data never wakes it: only the hang-up)
+            poller.register(self.remasker, select.POLLRDHUP)
         host_in: int | None = 0
         while self.server_status is None:
             timeout = None
@@ -395,6 +431,11 @@ class Supervisor:
                     os.read(wake_r, 512)
                 except BlockingIOError:
                     pass
+            if self.remasker is not None and self.remasker in ready and not self.killing:
+                # Fail closed: nobody keeps the hidden names hidden any more.
+                os.write(2, b"console-bridge supervisor: the shared remasker stopped or failed; session ended\n")
+                poller.unregister(self.remasker)
+                self.kill_all()
             while pending:
                 signum = pending.pop()
                 if signum == signal.SIGUSR1:

@@ -18,6 +18,7 @@ from typing import Any
 import platformdirs
 import psutil
 
+from console_bridge._confinement import _remask_host as remask_host
 from console_bridge._confinement._deny import deny_paths, expand_deny, secret_names
 from console_bridge._confinement._disk import FolderUsage, WriteWatch, kill_cells
 from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
@@ -61,6 +62,7 @@ class SessionConfinement:
         self._shm_hit = False
         self._memory_stopped = False  # the memory watch stopped the last cell (else the RLIMIT_AS backstop)
         self._shm_full = False  # the sandbox's /dev, capped by the kernel, became full in the last cell
+        self.remasker: remask_host.RemaskHelper | None = None  # held from the supervision to the release
 
     # ------------------------------------------------------------------ start
     def prepare(self, *, owner: str, profile: str, recording_base: Path, writable: bool = True) -> None:
@@ -142,6 +144,12 @@ class SessionConfinement:
             inside.append(base)
         self.deny = inside
         plan = self.view.plan()
+        watch = plan.get("watch")
+        if watch is not None and (watch["names"] or watch["etc"]) and self.remasker is None:
+            # the host process's shared remasker (one inotify instance for all its sessions)
+            self.remasker = remask_host.acquire()
+        if watch is not None and self.remasker is not None:
+            watch["helper"] = self.remasker.path
         if self.ids is not None:
             plan["ids"] = self.ids.config()
         self._books(recording_base, [*([self.workspace] if workspace_writable else []), *writable_roots])
@@ -513,3 +521,6 @@ class SessionConfinement:
                     shutil.rmtree(self.entry.path, ignore_errors=True)
         if self.confinement is not None:
             self.confinement.release()
+        if self.remasker is not None:
+            remask_host.release(self.remasker)
+            self.remasker = None

@@ -1,0 +1,277 @@
+"""The shared remasker: one process per host process, one inotify instance for all its sessions.
+
+Stdlib only, single-threaded: started by the host (``_remask_host``) as ``python -I -S _remaskd.py
+SOCKET`` at the first session whose view hides names inside a tree it shows. It does the
+remasker's job (``_remask``'s docstring: watch every folder on the way to each hidden name, mask
+what appears) for every session of that host process, with **one** inotify instance: the kernel
+allows a user 128 by default (``fs.inotify.max_user_instances``), and one per session stopped a
+user at about 127 sessions (issue 35). Inotify watches are by inode, and a view binds the host's
+own folders, so a folder two sessions watch is one kernel watch here.
+
+Each session's supervisor connects to ``SOCKET`` (a ``SOCK_SEQPACKET`` socket in a folder only the
+host's user may enter; a peer of another uid is refused). The session's server process, once its
+view is built, sends its watch list with its user and mount namespaces (``SCM_RIGHTS``,
+``_remask.register``); the first scan runs before the answer, so the session starts only once
+its names are watched. Per batch of events, and for that first scan, the helper forks a short-lived
+child that ``setns``es into the session's user namespace (a normal user's sessions: it owns it,
+so it holds every capability there) and mount namespace (root's sessions: the host's root) and runs
+``_remask.Remasker`` there, on the shared instance (inherited), then reports the folders it watches
+back through a pipe. The masking code is ``_remask``'s, the one implementation.
+
+**Fail closed.** A remask that fails (the child fails, or a mount is refused) closes that session's
+connection; the helper's death (killed, crashed) closes them all. A supervisor watches its
+connection for the hang-up and ends its session's tree (``_supervisor``): no session runs on with
+names nobody keeps hidden. A session's end (its supervisor's connection closed) drops its watches
+(those no other session holds) and its namespaces; the helper exits when the host closes its stdin
+(the host's last session ended, or the host died: ``PR_SET_PDEATHSIG`` as well).
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import select
+import socket as _socket
+import struct
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = 9
+_SO_PEERCRED = 17
+_EVENT = struct.Struct("iIII")
+_IN_Q_OVERFLOW = 0x4000
+_MAX_FDS = 4
+
+
+def _sibling(name: str) -> Any:
+    folder = os.path.dirname(os.path.abspath(__file__))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return __import__(name)
+
+
+_remask = _sibling("_remask")
+
+
+class Session:
+    """One session's watch: its connection, its remasker's state, its namespaces."""
+
+    def __init__(self, connection: _socket.socket, remasker: Any, namespaces: list[int]) -> None:
+        self.connection = connection
+        self.remasker = remasker
+        self.namespaces = namespaces
+
+
+def _enter(namespaces: list[int]) -> None:
+    """In the forked child: the session's user namespace (unless it is this process's own: root's
+    sessions register before they join theirs), then its mount namespace (root and cwd become the
+    view's root)."""
+    libc = _remask._libc()
+    own = os.stat("/proc/self/ns/user")
+    user, mount = namespaces
+    theirs = os.fstat(user)
+    if (theirs.st_dev, theirs.st_ino) != (own.st_dev, own.st_ino) and libc.setns(user, _CLONE_NEWUSER) != 0:
+        raise OSError(_remask.ctypes.get_errno(), "setns into the session's user namespace")
+    if libc.setns(mount, _CLONE_NEWNS) != 0:
+        raise OSError(_remask.ctypes.get_errno(), "setns into the session's mount namespace")
+
+
+class Helper:
+    def __init__(self, path: str) -> None:
+        self.libc = _remask._libc()
+        self.fd = self.libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+        if self.fd < 0:
+            code = _remask.ctypes.get_errno()
+            raise OSError(code, f"inotify_init1: {os.strerror(code)}")
+        self.listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        self.listener.bind(path)
+        self.listener.listen(128)
+        self.listener.setblocking(False)
+        self.poller = select.poll()
+        self.poller.register(0, select.POLLIN)  # the host's pipe: EOF is the end
+        self.poller.register(self.listener.fileno(), select.POLLIN)
+        self.poller.register(self.fd, select.POLLIN)
+        self.connections: dict[int, _socket.socket] = {}  # connected, not yet registered
+        self.sessions: dict[int, Session] = {}
+
+    def run(self) -> None:
+        while True:
+            try:
+                ready = self.poller.poll()
+            except InterruptedError:
+                continue
+            for fd, _ in ready:
+                if fd == 0:
+                    if not os.read(0, 512):
+                        return
+                elif fd == self.listener.fileno():
+                    self.accept()
+                elif fd == self.fd:
+                    self.events()
+                elif fd in self.connections or fd in self.sessions:
+                    self.message(fd)
+
+    def accept(self) -> None:
+        try:
+            connection, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        _, uid, _ = struct.unpack("3i", connection.getsockopt(_socket.SOL_SOCKET, _SO_PEERCRED, 12))
+        if uid != os.geteuid():
+            connection.close()
+            return
+        self.connections[connection.fileno()] = connection
+        self.poller.register(connection.fileno(), select.POLLIN)
+
+    def message(self, fd: int) -> None:
+        session = self.sessions.get(fd)
+        connection = session.connection if session is not None else self.connections[fd]
+        try:
+            data, ancillary, _, _ = connection.recvmsg(1 << 20, _socket.CMSG_SPACE(_MAX_FDS * 4))
+        except OSError:
+            data, ancillary = b"", []
+        fds: list[int] = []
+        for level, kind, payload in ancillary:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds.extend(struct.unpack(f"{len(payload) // 4}i", payload[: len(payload) - len(payload) % 4]))
+        if session is not None or not data or len(fds) != 2:  # the end, or not the one registration
+            for extra in fds:
+                os.close(extra)
+            self.drop(fd)
+            return
+        del self.connections[fd]
+        try:
+            spec = marshal.loads(data)
+            remasker = _remask.Remasker(list(spec["names"]), spec["etc"], fd=self.fd)
+        except (ValueError, KeyError, TypeError, EOFError, OSError) as exc:
+            self.sessions[fd] = Session(connection, None, fds)
+            self.refuse(fd, f"a bad registration: {exc}")
+            return
+        self.sessions[fd] = Session(connection, remasker, fds)
+        why = self.run_in(self.sessions[fd], None)
+        if why is not None:
+            self.refuse(fd, why)
+            return
+        try:
+            connection.send(b"ok")
+        except OSError:
+            self.drop(fd)
+
+    def refuse(self, fd: int, why: str) -> None:
+        try:  # noqa: SIM105 (stdlib only and light: no contextlib)
+            self.sessions[fd].connection.send(why.encode(errors="replace")[:4000])
+        except OSError:
+            pass
+        self.drop(fd)
+
+    def drop(self, fd: int) -> None:
+        """The session ended (or is ended here, failing closed): its connection closed, its namespaces
+        let go, the kernel watches no other session holds removed."""
+        self.poller.unregister(fd)
+        connection = self.connections.pop(fd, None)
+        session = self.sessions.pop(fd, None)
+        if session is not None:
+            connection = session.connection
+            for ns in session.namespaces:
+                os.close(ns)
+            if session.remasker is not None:
+                held = {wd for other in self.sessions.values() if other.remasker for wd in other.remasker.folders}
+                for wd in set(session.remasker.folders) - held:
+                    self.libc.inotify_rm_watch(self.fd, wd)
+        if connection is not None:
+            connection.close()
+
+    def events(self) -> None:
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        batches: dict[int, list[bytes]] = {}
+        offset = 0
+        while offset + _EVENT.size <= len(data):
+            wd, mask, _, length = _EVENT.unpack_from(data, offset)
+            event = data[offset : offset + _EVENT.size + length]
+            offset += _EVENT.size + length
+            for fd, session in self.sessions.items():
+                if session.remasker is not None and (mask & _IN_Q_OVERFLOW or wd in session.remasker.folders):
+                    batches.setdefault(fd, []).append(event)
+        for fd, events in batches.items():
+            found = self.sessions.get(fd)
+            if found is None:
+                continue
+            why = self.run_in(found, b"".join(events))
+            if why is not None:
+                os.write(2, f"console-bridge remasker: a session is ended: {why}\n".encode(errors="replace"))
+                self.drop(fd)
+
+    def run_in(self, session: Session, events: bytes | None) -> str | None:
+        """Scan (``events`` None) or act on ``events`` in a child inside the session's namespaces;
+        what went wrong, or None. The session's remasker takes the folders the child watches."""
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(read_end)
+                _enter(session.namespaces)
+                remasker = session.remasker
+                if events is None:
+                    remasker.scan()
+                else:
+                    remasker.handle(events)
+                answer = marshal.dumps((remasker.folders, remasker.failed))
+                code = 0
+            except BaseException as exc:  # (reported to the helper, which fails closed)
+                answer = marshal.dumps(f"{type(exc).__name__}: {exc}")
+            try:
+                view = memoryview(answer)
+                while view:
+                    view = view[os.write(write_end, view) :]
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        chunks = []
+        while chunk := os.read(read_end, 1 << 16):
+            chunks.append(chunk)
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+        try:
+            result = marshal.loads(b"".join(chunks))
+        except (ValueError, EOFError, TypeError):
+            return f"the remasker's child ended with status {os.waitstatus_to_exitcode(status)}"
+        if isinstance(result, str):
+            return result
+        folders, failed = result
+        session.remasker.folders = folders
+        if failed:
+            return "masking failed: " + "; ".join(failed)
+        return None
+
+
+def main() -> None:
+    _remask._libc().prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    path = sys.argv[1]
+    try:
+        helper = Helper(path)
+    except OSError as exc:
+        os.write(1, f"{exc}\n".encode())
+        sys.exit(1)
+    os.write(1, b"ready\n")
+    os.close(1)
+    try:
+        helper.run()
+    finally:
+        try:  # noqa: SIM105 (stdlib only and light: no contextlib)
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    main()
