@@ -245,7 +245,13 @@ class Remasker:
     # ----------------------------------------------------------------- events
     def handle(self, data: bytes) -> None:
         """Act on a batch of inotify events."""
-        self._points = None
+        self.act(*self.sort(data))
+
+    def sort(self, data: bytes) -> tuple[bool, set[str], set[str]]:
+        """What a batch of events asks for, without touching the tree (the shared remasker forks into a
+        session's namespaces only when there is something to do): whether to scan everything again,
+        the hidden names to follow again, the ``/etc`` entries to look at. Drops the folders whose
+        watch the kernel removed."""
         changed: set[str] = set()
         offset = 0
         rescan = False
@@ -267,16 +273,27 @@ class Remasker:
                 continue
             if raw:
                 changed.add(os.path.join(folder, os.fsdecode(raw)))
-        if rescan:
-            self.scan()
-            return
+        names: set[str] = set()
+        entries: set[str] = set()
         for path in changed:
             for name in self.names:
                 # a name on the way to a hidden one, the hidden one, or inside it (an empty folder filled)
                 if name == path or name.startswith(path + "/") or path.startswith(name + "/"):
-                    self._follow(name)
+                    names.add(name)
             if self.etc is not None and (path == self.etc or path.startswith(self.etc + "/")):
-                self._etc_entry(path)
+                entries.add(path)
+        return rescan, names, entries
+
+    def act(self, rescan: bool, names: set[str], entries: set[str]) -> None:
+        """Do what :meth:`sort` found: scan again, or follow ``names`` and look at ``entries``."""
+        self._points = None
+        if rescan:
+            self.scan()
+            return
+        for name in sorted(names):
+            self._follow(name)
+        for path in sorted(entries):
+            self._etc_entry(path)
 
     def step(self) -> None:
         """Wait for the next batch of events and act on it."""

@@ -205,14 +205,16 @@ class Helper:
             found = self.sessions.get(fd)
             if found is None:
                 continue
-            why = self.run_in(found, b"".join(events))
-            if why is not None:
-                os.write(2, f"console-bridge remasker: a session is ended: {why}\n".encode(errors="replace"))
-                self.drop(fd)
+            work = found.remasker.sort(b"".join(events))
+            if not any(work):  # nothing this session hides changed (a file beside a hidden name, say)
+                continue
+            why = self.run_in(found, work)
+            if why is not None:  # fail closed: the reason to the session's supervisor, which ends the session
+                self.refuse(fd, why)
 
-    def run_in(self, session: Session, events: bytes | None) -> str | None:
-        """Scan (``events`` None) or act on ``events`` in a child inside the session's namespaces;
-        what went wrong, or None. The session's remasker takes the folders the child watches."""
+    def run_in(self, session: Session, work: tuple[bool, set[str], set[str]] | None) -> str | None:
+        """Scan (``work`` None) or do ``work`` (``Remasker.sort``'s) in a child inside the session's
+        namespaces; what went wrong, or None. The session's remasker takes the folders the child watches."""
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -221,10 +223,10 @@ class Helper:
                 os.close(read_end)
                 _enter(session.namespaces)
                 remasker = session.remasker
-                if events is None:
+                if work is None:
                     remasker.scan()
                 else:
-                    remasker.handle(events)
+                    remasker.act(*work)
                 answer = marshal.dumps((remasker.folders, remasker.failed))
                 code = 0
             except BaseException as exc:  # (reported to the helper, which fails closed)

@@ -256,11 +256,13 @@ class Supervisor:
         if not self.direct:
             read_end, self.stdin_w = os.pipe()
         cwd = self.config.get("cwd")
-        if isinstance(self.config.get("view"), dict):
+        if isinstance(self.config.get("view"), dict) and self.remasker is None:
             for name in ("_namespaces", "_setid", "_remask"):  # imported once, here: shared with the remasker
                 _sibling(name)
-        # The remasker is a fork of the server's process, and so of this one: the pages they share stay
-        # shared only while neither writes them. No collection walks (and writes) what exists now.
+        # Without the shared remasker (``_remaskd``), the session's own is a fork of the server's process, and
+        # so of this one: the pages they share stay shared only while neither writes them. No collection walks
+        # (and writes) what exists now. With it, the view's modules are the server's process's to import (its
+        # pages go at exec), not this process's to hold for the session's life.
         gc.collect()
         gc.freeze()
         pid = os.fork()
@@ -433,7 +435,12 @@ class Supervisor:
                     pass
             if self.remasker is not None and self.remasker in ready and not self.killing:
                 # Fail closed: nobody keeps the hidden names hidden any more.
-                os.write(2, b"console-bridge supervisor: the shared remasker stopped or failed; session ended\n")
+                why = "it stopped"
+                try:
+                    why = os.read(self.remasker, 4096).decode(errors="replace") or why
+                except OSError:
+                    pass
+                os.write(2, f"console-bridge supervisor: the shared remasker failed ({why}); session ended\n".encode())
                 poller.unregister(self.remasker)
                 self.kill_all()
             while pending:
