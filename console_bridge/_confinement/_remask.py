@@ -111,6 +111,15 @@ def _is_dir(path: str) -> bool:
         return False
 
 
+def _names(path: str, info: os.stat_result) -> bool:
+    """Whether ``path`` still names the file ``info`` describes."""
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino)
+
+
 def secret(info: os.stat_result) -> bool:
     """What ``/etc`` hides: a file not everyone may read, a folder not everyone may enter and list."""
     if stat.S_ISDIR(info.st_mode):
@@ -174,20 +183,27 @@ class Remasker:
             self.masked.append(path)
             return
         libc = self.libc
+        expected = info  # what the name should hold when a step fails, if the host left it alone
         if stat.S_ISDIR(info.st_mode):
             flags = _MS_NOSUID | _MS_NODEV | _MS_RDONLY
             result = libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, b"mode=0000,size=4k")
         else:
             result = libc.mount(b"/dev/null", os.fsencode(path), None, _MS_BIND, None)
             if result == 0:
+                expected = os.stat("/dev/null")
                 flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
                 result = libc.mount(None, os.fsencode(path), None, flags, None)
         if result == 0:
             self.masked.append(path)
             if self._points is not None:
                 self._points.add(path)
-        elif ctypes.get_errno() != errno.ENOENT:  # (gone again: what comes under the name next is an event)
-            self.failed.append(f"{path}: {os.strerror(ctypes.get_errno())}")
+            return
+        code = ctypes.get_errno()
+        # The host changed the name while it was being masked (a rename racing the mask: the remount
+        # finds a new file with no mount on it): that change is an event of its own, masked then.
+        if not _names(path, expected):
+            return
+        self.failed.append(f"{path}: {os.strerror(code)}")
 
     def _follow(self, name: str) -> None:
         """Watch every existing folder from the nearest existing ancestor down to ``name``'s parent,
