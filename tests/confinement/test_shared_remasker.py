@@ -68,6 +68,13 @@ def _watched_inodes(pid: int) -> set[int]:
     return {int(part[4:], 16) for parts in lines for part in parts if part.startswith("ino:")}
 
 
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return b""
+
+
 def _tree(pid: int) -> list[int]:
     """``pid`` and every descendant (read from /proc)."""
     children: dict[int, list[int]] = {}
@@ -108,10 +115,14 @@ async def test_two_sessions_share_one_inotify_instance_and_both_stay_hidden(tmp_
         helper = _remask_host.current()
         assert helper is not None and helper.users == 2
         assert len(_inotify_fds(helper.pid)) == 1
-        # no session holds an instance for its hidden names: no remasker in either tree
+        # no session holds an instance for its hidden names: no remasker (a fork of the supervisor's
+        # python) in either tree, and no inotify descriptor where this user may read them
         for c in (a, b):
-            tree = _tree(_supervisor_of(c))
-            assert all(not _inotify_fds(pid) for pid in tree if Path(f"/proc/{pid}").exists()), tree
+            root = _supervisor_of(c)
+            tree = _tree(root)
+            pythons = [pid for pid in tree if b"_supervisor.py" in _read(f"/proc/{pid}/cmdline")]
+            assert pythons == [root], tree
+            assert all(not _inotify_fds(pid) for pid in tree if os.access(f"/proc/{pid}/fd", os.R_OK)), tree
         watched = _watched_inodes(helper.pid)
         assert {os.stat(a_ws).st_ino, os.stat(b_ws).st_ino} <= watched
         assert "TOKEN" not in await _replace_and_read(a, a_ws, "TOKEN-A")
