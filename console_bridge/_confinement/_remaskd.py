@@ -300,7 +300,9 @@ def main() -> None:
         os.write(1, f"{exc}\n".encode())
         sys.exit(1)
     os.write(1, b"ready\n")
-    os.close(1)
+    null = os.open(os.devnull, os.O_RDWR)  # the host's pipe let go; fd 1 stays taken (a spare keeps 0-2:
+    os.dup2(null, 1)  # a session's connection landing on a free fd 1 outlived its drop there)
+    os.close(null)
     try:
         helper.run()
     finally:

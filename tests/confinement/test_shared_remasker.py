@@ -178,3 +178,35 @@ async def test_killing_the_helper_ends_its_sessions_and_the_next_session_starts_
             assert "TOKEN" not in await _replace_and_read(c, c_ws, "TOKEN-C")
     assert _remask_host.current() is None
     assert not os.path.exists(helper.folder)
+
+
+async def test_a_failed_remask_ends_that_session_and_no_other(tmp_path: Path) -> None:
+    """The helper's child for a job dies (here: killed before the job, as a crash would): the session
+    whose names it was to mask is ended, with the reason on its stderr; the other session, and the
+    helper, go on (the next job has a new child)."""
+    import psutil
+
+    a_ws, b_ws = _workspaces(tmp_path, 2)
+    profile = str(_profile(tmp_path))
+    async with (
+        AsyncConsole(a_ws, command=binary_for("0.0.6"), profile=profile) as a,
+        AsyncConsole(b_ws, command=binary_for("0.0.6"), profile=profile) as b,
+    ):
+        helper = _remask_host.current()
+        assert helper is not None
+        (spare,) = psutil.Process(helper.pid).children()
+        spare.kill()
+        deadline = time.monotonic() + 10
+        while spare.status() != psutil.STATUS_ZOMBIE:  # (the helper reaps it at its next job)
+            assert time.monotonic() < deadline
+            await anyio.sleep(0.01)
+        server = a.pid
+        (a_ws / "secret.env").write_text("TOKEN-LATE\n")  # an event for a's hidden name: a job for the dead child
+        deadline = time.monotonic() + 10
+        while server is not None and os.path.exists(f"/proc/{server}"):
+            assert time.monotonic() < deadline, "the session ran on after its remask failed"
+            await anyio.sleep(0.02)
+        with pytest.raises(ConnectionClosed, match="the shared remasker failed"):
+            await a.run(python="1 + 1")
+        assert helper.alive() and _remask_host.current() is helper
+        assert "TOKEN" not in await _replace_and_read(b, b_ws, "TOKEN-B")
