@@ -1,7 +1,14 @@
 """Names a view hides inside a tree it shows, kept hidden while the host changes the tree.
 
-Stdlib only: the server's process starts it between building the view and ``exec``
-(``_supervisor.enter_view``), in the session's mount namespace.
+Stdlib only: the server's process uses it between building the view and ``exec``
+(``_supervisor.enter_view``), in the session's mount namespace. The masking code here is the one
+implementation; who runs it is one of two arrangements:
+
+* **the shared remasker** (what the bridge uses): one process per host process, ``_remaskd``,
+  with one inotify instance for all its sessions; the server's process hands it its watch list
+  and namespaces (:func:`register`), and it runs :class:`Remasker` inside them per batch of events;
+* **a remasker of the session's own** (:func:`start`, a supervisor started without the shared
+  one): described below, one process and one inotify instance per session.
 
 A mask is a mount over a name (``_namespaces.apply_plan``). The kernel keeps a mount on the
 dentry it was made on: when the host renames the masked file away, recreates it, removes and
@@ -21,9 +28,11 @@ reads and measures that window). Sessions name it in ``status().limits["hidden_n
 ``"watched"``. Root's sessions hold the ``/etc`` rule by their ids as well: a file not everyone
 may read is refused to a uid no host account has.
 
-The remasker is the supervisor's child (it is re-parented there, a subreaper), holds no
-descriptor of the session but its own, writes nothing to the server's streams, dies with the
-supervisor (``PR_SET_PDEATHSIG``) and is killed with the rest of the session's tree.
+A session's own remasker is the supervisor's child (it is re-parented there, a subreaper), holds
+no descriptor of the session but its own, writes nothing to the server's streams, dies with the
+supervisor (``PR_SET_PDEATHSIG``) and is killed with the rest of the session's tree. The shared
+one fails closed the other way round: the session ends when it dies or a remask fails
+(``_remaskd``).
 """
 
 from __future__ import annotations
