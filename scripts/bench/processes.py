@@ -70,8 +70,8 @@ async def wait_gone(procs: list[psutil.Process], limit: float) -> float | None:
 
 
 def shared_remasker() -> dict[str, float] | None:
-    """PSS and inotify instances and watches of this process's shared remasker
-    (``_confinement/_remaskd.py``, one for all its sessions; None when there is none)."""
+    """PSS (with its spare child's) and inotify instances and watches of this process's shared
+    remasker (``_confinement/_remaskd.py``, one for all its sessions; None when there is none)."""
     from console_bridge._confinement._remask_host import current
 
     helper = current()
@@ -85,7 +85,8 @@ def shared_remasker() -> dict[str, float] | None:
                 instances += 1
                 text = Path(f"/proc/{pid}/fdinfo/{fd}").read_text(encoding="ascii", errors="replace")
                 watches += sum(1 for line in text.splitlines() if line.startswith("inotify wd:"))
-        pss = psutil.Process(pid).memory_full_info().pss
+        helper_proc = psutil.Process(pid)  # its spare child (forked ahead for the next job) counted with it
+        pss = sum(p.memory_full_info().pss for p in [helper_proc, *helper_proc.children()])
     except (OSError, psutil.Error):
         return None
     return {"pss_mib": round(pss / 2**20, 2), "inotify_instances": instances, "inotify_watches": watches}
