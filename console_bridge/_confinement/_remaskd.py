@@ -23,7 +23,7 @@ connection; the helper's death (killed, crashed) closes them all. A supervisor w
 connection for the hang-up and ends its session's tree (``_supervisor``): no session runs on with
 names nobody keeps hidden. A session's end (its supervisor's connection closed) drops its watches
 (those no other session holds) and its namespaces; the helper exits when the host closes its stdin
-(the host's last session ended, or the host died: ``PR_SET_PDEATHSIG`` as well).
+(the host's last session ended, or the host died and the kernel closed its end).
 """
 
 from __future__ import annotations
@@ -292,7 +292,8 @@ def _spare(sock: _socket.socket, inotify: int) -> int:
 
 
 def main() -> None:
-    _remask._libc().prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    # No parent-death signal: it is sent when the *thread* that forked this process ends, and the host
+    # starts it from a worker thread that ends when idle. Its stdin's EOF is the host's end.
     path = sys.argv[1]
     try:
         helper = Helper(path)
@@ -306,8 +307,9 @@ def main() -> None:
     try:
         helper.run()
     finally:
-        try:  # noqa: SIM105 (stdlib only and light: no contextlib)
+        try:  # its socket and the folder the host made for it (left here when the host died first)
             os.unlink(path)
+            os.rmdir(os.path.dirname(path))
         except OSError:
             pass
 

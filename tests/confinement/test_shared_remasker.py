@@ -210,3 +210,51 @@ async def test_a_failed_remask_ends_that_session_and_no_other(tmp_path: Path) ->
             await a.run(python="1 + 1")
         assert helper.alive() and _remask_host.current() is helper
         assert "TOKEN" not in await _replace_and_read(b, b_ws, "TOKEN-B")
+
+
+def test_the_helper_outlives_the_thread_that_started_it() -> None:
+    """Sessions build their supervision in worker threads, which end when idle (anyio: 10 s): a
+    parent-death signal is sent when the *thread* that forked ends, so the helper must not ask for
+    one (it would take every session with it); it ends when the host closes its stdin."""
+    import threading
+
+    started: list[_remask_host.RemaskHelper] = []
+    thread = threading.Thread(target=lambda: started.append(_remask_host.RemaskHelper()))
+    thread.start()
+    thread.join()
+    (helper,) = started
+    try:
+        time.sleep(0.3)
+        assert helper.alive()
+    finally:
+        helper.stop()
+    assert helper.process.returncode == 0 and not os.path.exists(helper.folder)
+
+
+def test_the_helper_ends_with_its_host_process() -> None:
+    """Nothing outlives its owner: a host killed at once (no release) takes its helper and the
+    helper's folder with it."""
+    import subprocess
+    import sys
+
+    code = (
+        "from console_bridge._confinement import _remask_host\n"
+        "helper = _remask_host.acquire()\n"
+        "print(helper.pid, helper.folder, flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    host = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None
+        pid_text, folder = host.stdout.readline().split()
+        pid = int(pid_text)
+        assert os.path.exists(f"/proc/{pid}")
+    finally:
+        host.kill()
+        host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") or os.path.exists(folder):
+        assert time.monotonic() < deadline, "the helper outlived its host"
+        time.sleep(0.02)
