@@ -66,6 +66,13 @@ class Session:
         self.connection = connection
         self.remasker = remasker
         self.namespaces = namespaces
+        #: Its user namespace is this process's (root's sessions, which register before they join theirs):
+        #: the helper may enter its mount namespace and come back, with no child (``Helper.run_here``).
+        self.here = len(namespaces) == 2 and _same(os.fstat(namespaces[0]), os.stat("/proc/self/ns/user"))
+
+
+def _same(one: os.stat_result, other: os.stat_result) -> bool:
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
 
 
 def _enter(namespaces: list[int]) -> None:
@@ -73,10 +80,8 @@ def _enter(namespaces: list[int]) -> None:
     sessions register before they join theirs), then its mount namespace (root and cwd become the
     view's root)."""
     libc = _remask._libc()
-    own = os.stat("/proc/self/ns/user")
     user, mount = namespaces
-    theirs = os.fstat(user)
-    if (theirs.st_dev, theirs.st_ino) != (own.st_dev, own.st_ino) and libc.setns(user, _CLONE_NEWUSER) != 0:
+    if not _same(os.fstat(user), os.stat("/proc/self/ns/user")) and libc.setns(user, _CLONE_NEWUSER) != 0:
         raise OSError(_remask.ctypes.get_errno(), "setns into the session's user namespace")
     if libc.setns(mount, _CLONE_NEWNS) != 0:
         raise OSError(_remask.ctypes.get_errno(), "setns into the session's mount namespace")
@@ -100,6 +105,7 @@ class Helper:
         self.connections: dict[int, _socket.socket] = {}  # connected, not yet registered
         self.sessions: dict[int, Session] = {}
         self.spare: tuple[int, _socket.socket] | None = None  # (``fork_spare``)
+        self.own_mount = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # (``run_here``)
 
     def run(self) -> None:
         while True:
@@ -217,6 +223,8 @@ class Helper:
         """Scan (``work`` None) or do ``work`` (``Remasker.sort``'s) in the spare child, inside the
         session's namespaces; what went wrong, or None. The session's remasker takes the folders the
         child watches. A new spare is forked after the answer, off the path of the next event."""
+        if session.here:
+            return self.run_here(session, work)
         spare = self.spare if self.spare is not None else self.fork_spare()
         self.spare = None
         pid, sock = spare
@@ -243,6 +251,31 @@ class Helper:
         if failed:
             return "masking failed: " + "; ".join(failed)
         return None
+
+    def run_here(self, session: Session, work: tuple[bool, set[str], set[str]] | None) -> str | None:
+        """``run_in`` for a session whose mount namespace this process may leave again (root's): entered
+        here, no child to wake (the remask window of the session's own remasker). A return that fails
+        leaves this process in a session's view: it exits, and every session with it (fail closed)."""
+        remasker = session.remasker
+        if self.libc.setns(session.namespaces[1], _CLONE_NEWNS) != 0:
+            return f"setns into the session's mount namespace: {os.strerror(_remask.ctypes.get_errno())}"
+        why: str | None = None
+        try:
+            remasker.failed = []
+            if work is None:
+                remasker.scan()
+            else:
+                remasker.act(*work)
+            if remasker.failed:
+                why = "masking failed: " + "; ".join(remasker.failed)
+        except Exception as exc:  # (reported: the session is ended)
+            why = f"{type(exc).__name__}: {exc}"
+        finally:
+            if self.libc.setns(self.own_mount, _CLONE_NEWNS) != 0:
+                os.write(2, b"console-bridge remasker: cannot return to the host's mount namespace\n")
+                os._exit(1)
+        remasker.masked.clear()
+        return why
 
     def fork_spare(self) -> tuple[int, _socket.socket]:
         """A child waiting for one job (``run_in``): forked ahead, it is a sleeper the kernel wakes at

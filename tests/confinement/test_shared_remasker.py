@@ -180,6 +180,9 @@ async def test_killing_the_helper_ends_its_sessions_and_the_next_session_starts_
     assert not os.path.exists(helper.folder)
 
 
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root's sessions are remasked in the helper itself (Helper.run_here): no spare child"
+)
 async def test_a_failed_remask_ends_that_session_and_no_other(tmp_path: Path) -> None:
     """The helper's child for a job dies (here: killed before the job, as a crash would): the session
     whose names it was to mask is ended, with the reason on its stderr; the other session, and the
@@ -258,3 +261,26 @@ def test_the_helper_ends_with_its_host_process() -> None:
     while os.path.exists(f"/proc/{pid}") or os.path.exists(folder):
         assert time.monotonic() < deadline, "the helper outlived its host"
         time.sleep(0.02)
+
+
+def test_a_registration_whose_remask_fails_is_refused_and_its_link_hung_up(tmp_path: Path) -> None:
+    """The protocol, as the server's process speaks it (``_remask.register``): namespaces the helper
+    cannot enter (here a descriptor that is no mount namespace) make the first scan fail; the session
+    is refused with the reason and the helper hangs up (what a supervisor ends its session on); the
+    helper goes on."""
+    import socket
+
+    from console_bridge._confinement import _remask
+
+    helper = _remask_host.RemaskHelper()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as link:
+            link.connect(helper.path)
+            namespaces = [os.open("/proc/self/ns/user", os.O_RDONLY), os.open(os.devnull, os.O_RDONLY)]
+            with pytest.raises(OSError, match=r"refused the session's hidden names .*setns"):
+                _remask.register(link.fileno(), {"names": [str(tmp_path / "secret")], "etc": None}, namespaces)
+            link.settimeout(10)
+            assert link.recv(1) == b""  # hung up
+        assert helper.alive()
+    finally:
+        helper.stop()
