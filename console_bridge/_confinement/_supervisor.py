@@ -17,6 +17,10 @@ owns the server's process tree exactly:
   counted over that user namespace) and a seccomp filter against set-user-ID files
   (``_setid.py``); the supervisor itself stays in the host's view,
   so it can remove the session's folders at the end;
+* with a shared remasker (the view's ``watch["helper"]``, ``_remaskd``), it connects to it and
+  the server's process hands it the session's hidden names once the view is built; the
+  supervisor watches that link for the hang-up only and ends the whole tree on it (the helper
+  died, or a remask failed: fail closed);
 * it asks for a parent-death signal (``PR_SET_PDEATHSIG``): when the host dies it
   closes the server's stdin (the recording is finalized), kills the rest of the
   tree and removes the session's private folders.
