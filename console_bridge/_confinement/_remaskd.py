@@ -139,8 +139,10 @@ class Helper:
     def message(self, fd: int) -> None:
         session = self.sessions.get(fd)
         connection = session.connection if session is not None else self.connections[fd]
-        try:
-            data, ancillary, _, _ = connection.recvmsg(1 << 20, _socket.CMSG_SPACE(_MAX_FDS * 4))
+        try:  # (never waits: a poll result may be stale, its descriptor closed and reused by then)
+            data, ancillary, _, _ = connection.recvmsg(1 << 20, _socket.CMSG_SPACE(_MAX_FDS * 4), _socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
         except OSError:
             data, ancillary = b"", []
         fds: list[int] = []
