@@ -12,18 +12,22 @@ Each session's supervisor connects to ``SOCKET`` (a ``SOCK_SEQPACKET`` socket in
 host's user may enter; a peer of another uid is refused). The session's server process, once its
 view is built, sends its watch list with its user and mount namespaces (``SCM_RIGHTS``,
 ``_remask.register``); the first scan runs before the answer, so the session starts only once
-its names are watched. Per batch of events, and for that first scan, the helper forks a short-lived
-child that ``setns``es into the session's user namespace (a normal user's sessions: it owns it,
-so it holds every capability there) and mount namespace (root's sessions: the host's root) and runs
-``_remask.Remasker`` there, on the shared instance (inherited), then reports the folders it watches
-back through a pipe. The masking code is ``_remask``'s, the one implementation.
+its names are watched. Events that touch no hidden name cost nothing more. For the others, and for
+that first scan, ``_remask.Remasker`` runs inside the session's namespaces, on the shared instance:
+for root's sessions in the helper itself, which enters the session's mount namespace (the host's
+user namespace owns it) and returns to its own; for a normal user's, in a spare child forked ahead
+of time that ``setns``es into the session's user namespace (the user owns it, so the child holds
+every capability there) and mount namespace, and reports the folders it watches back over its
+socket (a child forked per event waited behind the running tasks: 4 ms p50 on a busy 2-core
+host, against 0.3 ms). The masking code is ``_remask``'s, the one implementation.
 
 **Fail closed.** A remask that fails (the child fails, or a mount is refused) closes that session's
 connection; the helper's death (killed, crashed) closes them all. A supervisor watches its
 connection for the hang-up and ends its session's tree (``_supervisor``): no session runs on with
 names nobody keeps hidden. A session's end (its supervisor's connection closed) drops its watches
-(those no other session holds) and its namespaces; the helper exits when the host closes its stdin
-(the host's last session ended, or the host died and the kernel closed its end).
+(those no other session holds) and its namespaces; the helper exits once the host has closed its
+stdin (its last session ended, or it died and the kernel closed its end) and no session is left: a
+dead host's sessions close as usual (their recordings finalized), their names watched to the end.
 """
 
 from __future__ import annotations
@@ -108,7 +112,8 @@ class Helper:
         self.own_mount = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # (``run_here``)
 
     def run(self) -> None:
-        while True:
+        ending = False  # the host closed its end: no new session, and the last one's end is this one's
+        while not (ending and not self.sessions and not self.connections):
             try:
                 ready = self.poller.poll()
             except InterruptedError:
@@ -116,7 +121,15 @@ class Helper:
             for fd, _ in ready:
                 if fd == 0:
                     if not os.read(0, 512):
-                        return
+                        # The host's last session ended, or the host died: then its sessions are closing
+                        # (their supervisors' parent-death signal: the server finalizes its recording),
+                        # and their names stay watched until each has ended (never an end that kills them).
+                        ending = True
+                        self.poller.unregister(0)
+                        self.poller.unregister(self.listener.fileno())
+                        self.listener.close()
+                elif ending and fd == self.listener.fileno():
+                    continue
                 elif fd == self.listener.fileno():
                     self.accept()
                 elif fd == self.fd:

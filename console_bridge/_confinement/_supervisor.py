@@ -444,7 +444,11 @@ class Supervisor:
                     why = os.read(self.remasker, 4096).decode(errors="replace") or why
                 except OSError:
                     pass
-                os.write(2, f"console-bridge supervisor: the shared remasker failed ({why}); session ended\n".encode())
+                message = f"console-bridge supervisor: the shared remasker failed ({why}); session ended\n"
+                try:  # (the host may be gone with the pipe's other end: the session's tree still ends, cleaned up)
+                    os.write(2, message.encode())
+                except OSError:
+                    pass
                 poller.unregister(self.remasker)
                 self.kill_all()
             while pending:
