@@ -38,7 +38,8 @@ from typing import Any
 
 import anyio
 import psutil
-from bench.stats import percentile  # scripts/bench/, beside this script
+from bench.processes import shared_remasker  # scripts/bench/, beside this script
+from bench.stats import percentile
 from bench_manager import STEP_BOUND, _ms, _Scratch, _servers, _until
 
 from console_bridge import AsyncConsole, AsyncSessionManager, Owner
@@ -242,6 +243,7 @@ def host_figures() -> dict[str, Any]:
         "threads": me.num_threads(),
         "inotify_instances": instances,
         "inotify_watches": watches,
+        "remasker": shared_remasker(),
     }
 
 
@@ -537,6 +539,8 @@ ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("host process RSS / PSS", ("host",), "host"),
     ("host process fds / threads", ("host",), "host_fds"),
     ("host process inotify instances / watches", ("host",), "host_inotify"),
+    ("shared remasker PSS (all sessions)", ("host", "remasker", "pss_mib"), "MiB"),
+    ("shared remasker inotify instances / watches", ("host", "remasker"), "host_inotify"),
     ("host CPU while starting", ("host_cpu_starting_s",), "s"),
     ("idle CPU of the whole tree over the window", ("idle",), "idle"),
     ("warm claim p50 / p99", ("claim",), "pcts"),
@@ -578,12 +582,8 @@ def table(report: dict[str, Any]) -> str:
         for role, figures in (_get(report["modes"][m], "per_session", "by_role") or {}).items():
             pss[role] = max(pss.get(role, 0.0), figures["pss_mib_per_session"])
     for role in sorted(pss, key=pss.__getitem__, reverse=True):  # the largest holders first
-        rows.append(
-            (
-                f"  PSS per session: {role}",
-                *(_role_cell(_get(report["modes"][m], "per_session", "by_role", role)) for m in modes),
-            )
-        )
+        cells = (_role_cell(_get(report["modes"][m], "per_session", "by_role", role)) for m in modes)
+        rows.append((f"  PSS per session: {role}", *cells))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for index, row in enumerate(rows):

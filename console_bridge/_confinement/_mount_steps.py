@@ -8,7 +8,7 @@ apart without mypy saying so.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = ["MountPlan", "MountStep", "WatchSpec"]
 
@@ -68,6 +68,7 @@ MountStep = EmptyStep | SymlinkStep | TmpfsStep | BindStep | DirStep | DevStep |
 class WatchSpec(TypedDict):
     names: list[str]  # hidden names the remasker keeps hidden (``_remask``)
     etc: str | None  # a tree whose entries not everyone may read are hidden at any depth
+    helper: NotRequired[str]  # the socket of the host process's shared remasker (``_remaskd``)
 
 
 class MountPlan(TypedDict, total=False):

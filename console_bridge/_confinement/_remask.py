@@ -1,7 +1,14 @@
 """Names a view hides inside a tree it shows, kept hidden while the host changes the tree.
 
-Stdlib only: the server's process starts it between building the view and ``exec``
-(``_supervisor.enter_view``), in the session's mount namespace.
+Stdlib only: the server's process uses it between building the view and ``exec``
+(``_supervisor.enter_view``), in the session's mount namespace. The masking code here is the one
+implementation; who runs it is one of two arrangements:
+
+* **the shared remasker** (what the bridge uses): one process per host process, ``_remaskd``,
+  with one inotify instance for all its sessions; the server's process hands it its watch list
+  and namespaces (:func:`register`), and it runs :class:`Remasker` inside them per batch of events;
+* **a remasker of the session's own** (:func:`start`, a supervisor started without the shared
+  one): described below, one process and one inotify instance per session.
 
 A mask is a mount over a name (``_namespaces.apply_plan``). The kernel keeps a mount on the
 dentry it was made on: when the host renames the masked file away, recreates it, removes and
@@ -21,14 +28,17 @@ reads and measures that window). Sessions name it in ``status().limits["hidden_n
 ``"watched"``. Root's sessions hold the ``/etc`` rule by their ids as well: a file not everyone
 may read is refused to a uid no host account has.
 
-The remasker is the supervisor's child (it is re-parented there, a subreaper), holds no
-descriptor of the session but its own, writes nothing to the server's streams, dies with the
-supervisor (``PR_SET_PDEATHSIG``) and is killed with the rest of the session's tree.
+A session's own remasker is the supervisor's child (it is re-parented there, a subreaper), holds
+no descriptor of the session but its own, writes nothing to the server's streams, dies with the
+supervisor (``PR_SET_PDEATHSIG``) and is killed with the rest of the session's tree. The shared
+one fails closed the other way round: the session ends when it dies or a remask fails
+(``_remaskd``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 import struct
@@ -110,6 +120,15 @@ def _is_dir(path: str) -> bool:
         return False
 
 
+def _names(path: str, info: os.stat_result) -> bool:
+    """Whether ``path`` still names the file ``info`` describes."""
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino)
+
+
 def secret(info: os.stat_result) -> bool:
     """What ``/etc`` hides: a file not everyone may read, a folder not everyone may enter and list."""
     if stat.S_ISDIR(info.st_mode):
@@ -120,12 +139,14 @@ def secret(info: os.stat_result) -> bool:
 class Remasker:
     """The watch: ``names`` (absolute paths in the view) and, with ``etc``, that tree by mode."""
 
-    def __init__(self, names: list[str], etc: str | None, *, mount: bool = True) -> None:
+    def __init__(self, names: list[str], etc: str | None, *, mount: bool = True, fd: int | None = None) -> None:
         self.names = [os.path.normpath(name) for name in names]
         self.etc = os.path.normpath(etc) if etc else None
         self.mount = mount  # (False: tests of the watch alone record what would be masked)
         self.libc = _libc()
-        self.fd = self.libc.inotify_init1(os.O_CLOEXEC)
+        # ``fd``: an inotify instance shared with other sessions' watches (``_remaskd``), not closed here
+        self.owned = fd is None
+        self.fd = self.libc.inotify_init1(os.O_CLOEXEC) if fd is None else fd
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
         self.folders: dict[int, str] = {}
@@ -171,20 +192,27 @@ class Remasker:
             self.masked.append(path)
             return
         libc = self.libc
+        expected = info  # what the name should hold when a step fails, if the host left it alone
         if stat.S_ISDIR(info.st_mode):
             flags = _MS_NOSUID | _MS_NODEV | _MS_RDONLY
             result = libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, b"mode=0000,size=4k")
         else:
             result = libc.mount(b"/dev/null", os.fsencode(path), None, _MS_BIND, None)
             if result == 0:
+                expected = os.stat("/dev/null")
                 flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
                 result = libc.mount(None, os.fsencode(path), None, flags, None)
         if result == 0:
             self.masked.append(path)
             if self._points is not None:
                 self._points.add(path)
-        else:
-            self.failed.append(f"{path}: {os.strerror(ctypes.get_errno())}")
+            return
+        code = ctypes.get_errno()
+        # The host changed the name while it was being masked (a rename racing the mask: the remount
+        # finds a new file with no mount on it): that change is an event of its own, masked then.
+        if not _names(path, expected):
+            return
+        self.failed.append(f"{path}: {os.strerror(code)}")
 
     def _follow(self, name: str) -> None:
         """Watch every existing folder from the nearest existing ancestor down to ``name``'s parent,
@@ -242,7 +270,13 @@ class Remasker:
     # ----------------------------------------------------------------- events
     def handle(self, data: bytes) -> None:
         """Act on a batch of inotify events."""
-        self._points = None
+        self.act(*self.sort(data))
+
+    def sort(self, data: bytes) -> tuple[bool, set[str], set[str]]:
+        """What a batch of events asks for, without touching the tree (the shared remasker forks into a
+        session's namespaces only when there is something to do): whether to scan everything again,
+        the hidden names to follow again, the ``/etc`` entries to look at. Drops the folders whose
+        watch the kernel removed."""
         changed: set[str] = set()
         offset = 0
         rescan = False
@@ -264,23 +298,35 @@ class Remasker:
                 continue
             if raw:
                 changed.add(os.path.join(folder, os.fsdecode(raw)))
-        if rescan:
-            self.scan()
-            return
+        names: set[str] = set()
+        entries: set[str] = set()
         for path in changed:
             for name in self.names:
                 # a name on the way to a hidden one, the hidden one, or inside it (an empty folder filled)
                 if name == path or name.startswith(path + "/") or path.startswith(name + "/"):
-                    self._follow(name)
+                    names.add(name)
             if self.etc is not None and (path == self.etc or path.startswith(self.etc + "/")):
-                self._etc_entry(path)
+                entries.add(path)
+        return rescan, names, entries
+
+    def act(self, rescan: bool, names: set[str], entries: set[str]) -> None:
+        """Do what :meth:`sort` found: scan again, or follow ``names`` and look at ``entries``."""
+        self._points = None
+        if rescan:
+            self.scan()
+            return
+        for name in sorted(names):
+            self._follow(name)
+        for path in sorted(entries):
+            self._etc_entry(path)
 
     def step(self) -> None:
         """Wait for the next batch of events and act on it."""
         self.handle(os.read(self.fd, 1 << 16))
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.owned:
+            os.close(self.fd)
 
 
 def start(config: dict[str, Any] | None, supervisor: int) -> int | None:
@@ -339,3 +385,34 @@ def _run(remasker: Remasker, supervisor: int) -> None:
         except OSError as exc:
             os.write(2, f"console-bridge remasker: stopped: {exc}\n".encode())
             return
+
+
+def namespace_fds() -> list[int]:
+    """This process's user and mount namespaces (opened once they are the session's, before the
+    view hides ``/proc``'s old name): what the shared remasker enters to mask (``register``)."""
+    return [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in ("user", "mnt")]
+
+
+def register(connection: int, config: dict[str, Any] | None, namespaces: list[int]) -> None:
+    """Hand this session's watch to the host process's shared remasker (``_remaskd``) over
+    ``connection`` (the supervisor's link to it) with ``namespaces`` (``namespace_fds``), and wait
+    until it has watched and masked what it names. Raises OSError when it refuses or is gone: the
+    session is refused rather than run with hidden names nobody keeps hidden."""
+    import _socket
+    import marshal
+
+    names = [str(name) for name in (config or {}).get("names", [])]
+    etc = (config or {}).get("etc")
+    spec = marshal.dumps({"names": names, "etc": str(etc) if etc else None})
+    sock = _socket.socket(fileno=os.dup(connection))
+    try:
+        rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(namespaces)}i", *namespaces))
+        sock.sendmsg([spec], [rights])
+        answer = sock.recv(4096)
+    finally:
+        sock.close()
+        for fd in namespaces:
+            os.close(fd)
+    if answer != b"ok":
+        why = answer.decode(errors="replace") or "it is gone"
+        raise OSError(errno.EIO, f"the shared remasker refused the session's hidden names ({why})")

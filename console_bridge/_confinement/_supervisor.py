@@ -17,6 +17,10 @@ owns the server's process tree exactly:
   counted over that user namespace) and a seccomp filter against set-user-ID files
   (``_setid.py``); the supervisor itself stays in the host's view,
   so it can remove the session's folders at the end;
+* with a shared remasker (the view's ``watch["helper"]``, ``_remaskd``), it connects to it and
+  the server's process hands it the session's hidden names once the view is built; the
+  supervisor watches that link for the hang-up only and ends the whole tree on it (the helper
+  died, or a remask failed: fail closed);
 * it asks for a parent-death signal (``PR_SET_PDEATHSIG``): when the host dies it
   closes the server's stdin (the recording is finalized), kills the rest of the
   tree and removes the session's private folders.
@@ -165,6 +169,7 @@ class Supervisor:
         self.session_ids: int | None = None  # the host id of the session's root (uid and gid)
         self.ids_lock: int | None = None  # held while the session lives: no other session gets its ids
         self.holds: list[int] = []  # shared holds on the writable folders (``_shared_roots``), until exit
+        self.remasker: int | None = None  # the link to the host process's shared remasker (``_remaskd``)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -195,6 +200,24 @@ class Supervisor:
         ids = view.get("ids") if isinstance(view, dict) else None
         if isinstance(ids, dict):
             self.make_ids(ids)
+        watch = view.get("watch") if isinstance(view, dict) else None
+        if isinstance(watch, dict) and watch.get("helper"):
+            self.connect_remasker(str(watch["helper"]))
+
+    def connect_remasker(self, path: str) -> None:
+        """The session's link to the shared remasker: the server registers its watch over it, and its
+        hang-up (the helper died, or ended this session after a failed remask) ends the session."""
+        import _socket
+
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            _fail(f"cannot reach the shared remasker at {path}: {exc}")
+            return
+        self.remasker = sock.detach()
+        os.set_inheritable(self.remasker, False)  # (the server's process closes its copy before exec)
 
     def hold_roots(self, locks: list[str]) -> None:
         """Hold each writable folder's lock shared until this process ends, after every process of
@@ -256,11 +279,13 @@ class Supervisor:
         if not self.direct:
             read_end, self.stdin_w = os.pipe()
         cwd = self.config.get("cwd")
-        if isinstance(self.config.get("view"), dict):
+        if isinstance(self.config.get("view"), dict) and self.remasker is None:
             for name in ("_namespaces", "_setid", "_remask"):  # imported once, here: shared with the remasker
                 _sibling(name)
-        # The remasker is a fork of the server's process, and so of this one: the pages they share stay
-        # shared only while neither writes them. No collection walks (and writes) what exists now.
+        # Without the shared remasker (``_remaskd``), the session's own is a fork of the server's process, and
+        # so of this one: the pages they share stay shared only while neither writes them. No collection walks
+        # (and writes) what exists now. With it, the view's modules are the server's process's to import (its
+        # pages go at exec), not this process's to hold for the session's life.
         gc.collect()
         gc.freeze()
         pid = os.fork()
@@ -310,13 +335,15 @@ class Supervisor:
         try:
             if self.userns_fd is not None:
                 _namespaces.enter("mapped")
+                namespaces = _remask.namespace_fds() if self.remasker is not None else []
                 _namespaces.apply_plan(view, self.userns_fd, self.session_ids)
-                _remask.start(view.get("watch"), self.supervisor_pid)  # (as the host's root, in the view)
+                self.remask(view, namespaces)  # (as the host's root, in the view)
                 _namespaces.become_session_root(self.userns_fd)
             else:
                 _namespaces.enter("user")
+                namespaces = _remask.namespace_fds() if self.remasker is not None else []
                 _namespaces.apply_plan(view)
-                _remask.start(view.get("watch"), self.supervisor_pid)
+                self.remask(view, namespaces)
             _namespaces.own_keyring()
             _namespaces.die_with_parent()
         except (_namespaces.SetupError, OSError) as exc:
@@ -325,6 +352,19 @@ class Supervisor:
             _setid.install()  # no cell makes a set-user-ID file (what cells write lands as the host's user)
         except _setid.SetidError as exc:
             _fail(f"{exc}; console-bridge refuses to start a session that could plant set-user-ID files")
+
+    def remask(self, view: dict[str, Any], namespaces: list[int]) -> None:
+        """In the server's process, its view built: the hidden names handed to the host process's shared
+        remasker (and this process's copy of the link closed), or, without one, a remasker of its own."""
+        _remask = _sibling("_remask")
+        if self.remasker is None:
+            _remask.start(view.get("watch"), self.supervisor_pid)
+            return
+        try:
+            _remask.register(self.remasker, view.get("watch"), namespaces)
+        finally:
+            os.close(self.remasker)
+            self.remasker = None
 
     # ------------------------------------------------------------------- run
     @property
@@ -397,6 +437,8 @@ class Supervisor:
         poller = select.poll()
         poller.register(wake_r, select.POLLIN)
         poller.register(0, select.POLLRDHUP if self.direct else select.POLLIN)
+        if self.remasker is not None:  # (data never wakes it: only the hang-up)
+            poller.register(self.remasker, select.POLLRDHUP)
         host_in: int | None = 0
         while self.server_status is None:
             timeout = None
@@ -414,6 +456,20 @@ class Supervisor:
                     os.read(wake_r, 512)
                 except BlockingIOError:
                     pass
+            if self.remasker is not None and self.remasker in ready and not self.killing:
+                # Fail closed: nobody keeps the hidden names hidden any more.
+                why = "it stopped"
+                try:
+                    why = os.read(self.remasker, 4096).decode(errors="replace") or why
+                except OSError:
+                    pass
+                message = f"console-bridge supervisor: the shared remasker failed ({why}); session ended\n"
+                try:  # (the host may be gone with the pipe's other end: the session's tree still ends, cleaned up)
+                    os.write(2, message.encode())
+                except OSError:
+                    pass
+                poller.unregister(self.remasker)
+                self.kill_all()
             while pending:
                 signum = pending.pop()
                 if signum == signal.SIGUSR1:

@@ -18,6 +18,7 @@ from typing import Any
 import platformdirs
 import psutil
 
+from console_bridge._confinement import _remask_host as remask_host
 from console_bridge._confinement._deny import deny_paths, expand_deny, secret_names
 from console_bridge._confinement._disk import FolderUsage, WriteWatch, kill_cells
 from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
@@ -63,6 +64,7 @@ class SessionConfinement:
         self._memory_stopped = False  # the memory watch stopped the last cell (else the RLIMIT_AS backstop)
         self._shm_full = False  # the sandbox's /dev, capped by the kernel, became full in the last cell
         self.roots: RootHold | None = None  # the writable folders' names mcp-console mounts over
+        self.remasker: remask_host.RemaskHelper | None = None  # held from the supervision to the release
 
     # ------------------------------------------------------------------ start
     def prepare(self, *, owner: str, profile: str, recording_base: Path, writable: bool = True) -> None:
@@ -151,6 +153,12 @@ class SessionConfinement:
             inside.append(base)
         self.deny = inside
         plan = self.view.plan()
+        watch = plan.get("watch")
+        if watch is not None and (watch["names"] or watch["etc"]) and self.remasker is None:
+            # the host process's shared remasker (one inotify instance for all its sessions)
+            self.remasker = remask_host.acquire()
+        if watch is not None and self.remasker is not None:
+            watch["helper"] = self.remasker.path
         if self.ids is not None:
             plan["ids"] = self.ids.config()
         self._books(recording_base, writable)
@@ -525,3 +533,6 @@ class SessionConfinement:
             self.confinement.release()
         if self.roots is not None:
             self.roots.release()
+        if self.remasker is not None:
+            remask_host.release(self.remasker)
+            self.remasker = None

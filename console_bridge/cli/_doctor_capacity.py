@@ -2,10 +2,13 @@
 stops them first (issue 35).
 
 A session costs some of the kernel's per-user allowances (measured on mcp-console 0.0.6, the
-workspace profile, 2026-12-04): one inotify instance (its remasker; the host process shares one for
-all its sessions), its remasker's watches (every folder of /etc, about 160 here), three user
-namespaces (the bridge's view and mcp-console's two sandboxes) and about 40 tasks (15 processes and
-their threads). The lowest of the walls is named with the setting that raises it; nothing is changed.
+workspace profile, 2026-12-04): the remasker's watches (about 8, the folders on the way to its
+hidden names; /etc's folders, about 160 here, are watched once per host process), three
+user namespaces (the bridge's view and mcp-console's two sandboxes) and about 40 tasks (15
+processes and their threads). Inotify instances are not counted per session any more: a host
+process holds two whatever its sessions (``_inotify``'s hub and the shared remasker, ``_remaskd``),
+so ``fs.inotify.max_user_instances`` bounds host processes, not sessions. The lowest of the walls
+is named with the setting that raises it; nothing is changed.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 
 __all__ = ["Wall", "capacity_text", "capacity_walls"]
 
-INOTIFY_INSTANCES = 1
+#: Inotify instances a host process holds, however many sessions it runs.
+INOTIFY_INSTANCES_PER_PROCESS = 2
 USER_NAMESPACES = 3
 TASKS = 40
 
@@ -52,15 +56,13 @@ def _etc_folders() -> int:
 def capacity_walls() -> list[Wall]:
     """The per-user allowances that bound how many sessions run at once, lowest first."""
     walls = []
-    instances = _read_int("/proc/sys/fs/inotify/max_user_instances")
-    if instances is not None:
-        how = "sysctl fs.inotify.max_user_instances=N (as root; /etc/sysctl.d to keep it)"
-        walls.append(Wall("fs.inotify.max_user_instances", instances, INOTIFY_INSTANCES, max(0, instances - 1), how))
     watches = _read_int("/proc/sys/fs/inotify/max_user_watches")
     if watches is not None:
-        per = _etc_folders() + 8
+        # /etc's folders are watched once per host process (shared by its sessions); the folders on the
+        # way to a session's hidden names (about 8: its workspace's) are its own
+        etc = _etc_folders()
         how = "sysctl fs.inotify.max_user_watches=N"
-        walls.append(Wall("fs.inotify.max_user_watches", watches, per, watches // per, how))
+        walls.append(Wall("fs.inotify.max_user_watches", watches, 8, max(0, watches - etc) // 8, how))
     namespaces = _read_int("/proc/sys/user/max_user_namespaces")
     if namespaces is not None:
         how = "sysctl user.max_user_namespaces=N"
@@ -83,7 +85,15 @@ def capacity_text(walls: list[Wall]) -> str:
         return "no per-user allowance could be read"
     first, rest = walls[0], walls[1:]
     others = "; ".join(f"{w.setting} {w.value} ({w.sessions})" for w in rest)
-    return (
+    text = (
         f"about {first.sessions} sessions at once: {first.setting} is {first.value} and a session takes "
         f"{first.per_session}; raise it with {first.how}. Then: {others}"
     )
+    instances = _read_int("/proc/sys/fs/inotify/max_user_instances")
+    if instances is not None:
+        processes = instances // INOTIFY_INSTANCES_PER_PROCESS
+        text += (
+            f". fs.inotify.max_user_instances {instances} bounds host processes, not sessions: each holds "
+            f"{INOTIFY_INSTANCES_PER_PROCESS} whatever its sessions (about {processes} processes)"
+        )
+    return text

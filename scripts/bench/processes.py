@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
 
@@ -65,3 +67,26 @@ async def wait_gone(procs: list[psutil.Process], limit: float) -> float | None:
             return None
         await asyncio.sleep(0.002)
     return time.perf_counter() - start
+
+
+def shared_remasker() -> dict[str, float] | None:
+    """PSS (with its spare child's) and inotify instances and watches of this process's shared
+    remasker (``_confinement/_remaskd.py``, one for all its sessions; None when there is none)."""
+    from console_bridge._confinement._remask_host import current
+
+    helper = current()
+    if helper is None:
+        return None
+    pid = helper.pid
+    instances = watches = 0
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify":
+                instances += 1
+                text = Path(f"/proc/{pid}/fdinfo/{fd}").read_text(encoding="ascii", errors="replace")
+                watches += sum(1 for line in text.splitlines() if line.startswith("inotify wd:"))
+        helper_proc = psutil.Process(pid)  # its spare child (forked ahead for the next job) counted with it
+        pss = sum(p.memory_full_info().pss for p in [helper_proc, *helper_proc.children()])
+    except (OSError, psutil.Error):
+        return None
+    return {"pss_mib": round(pss / 2**20, 2), "inotify_instances": instances, "inotify_watches": watches}

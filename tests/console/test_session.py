@@ -387,14 +387,24 @@ async def test_worker_startup_has_its_own_bound(mcp_console, workspace, recordin
             "probe already booted the first one: no cell can meet an unbooted worker on 0.0.5"
         )
     async with make(mcp_console, workspace, recordings, poll_window=0.5, startup_timeout=30) as console:
-        await console.restart()  # the start-time probe booted a worker: start from a fresh, unbooted one
-        # a fresh worker starts its first cell in about 60 ms here (its bootstrap reads linked bytecode)
-        console.startup_timeout = 0.005
-        with pytest.raises(CellTimeout) as caught:
-            await console.run(python="print('cut short')", timeout=60)
-        assert "did not start the cell within startup_timeout" in str(caught.value)
-        assert caught.value.details["cell_started"] is False
-        console.startup_timeout = 30
+        met: list[bool] = []
+        for _ in range(5):
+            await console.restart()  # the start-time probe booted a worker: start from a fresh, unbooted one
+            # a fresh worker starts its first cell in about 60 ms here (its bootstrap reads linked bytecode);
+            # mcp-console may boot it before the cell comes (seen under load): then the cell simply runs
+            console.startup_timeout = 0.005
+            try:
+                ran = await console.run(python="print('cut short')", timeout=60)
+            except CellTimeout as caught:
+                assert "did not start the cell within startup_timeout" in str(caught)
+                assert caught.details["cell_started"] is False
+                met.append(True)
+                break
+            else:
+                assert ran.error is None and ran.text == "cut short\n", ran
+            finally:
+                console.startup_timeout = 30
+        assert met, "each of 5 fresh workers was booted before its first cell: the bound was never met"
         after = await console.run(python="print('after')", timeout=60)
         assert after.text.endswith("after\n")
 
