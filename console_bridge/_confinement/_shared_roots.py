@@ -1,13 +1,13 @@
 """The names mcp-console mounts over in a writable folder, kept in place while any session uses it.
 
-mcp-console keeps a writable folder's ``.git``, ``.agents``, ``.codex`` and ``.aws`` (and, from
+mcp-console keeps a writable workspace's ``.git``, ``.agents``, ``.codex`` and ``.aws`` (and, from
 0.0.6, ``.claude``; for 0.0.5 the bridge names it read-only) out of the cells' reach by mounting
-over them in its sandbox. When a name is missing it makes an empty folder (or file) to mount
-over, and removes it when its server ends. Removing a name that is a mount point in *another*
-mount namespace detaches that mount there: on a workspace two sessions share (a manager's pool,
-two notebooks), one session's close would strip the other's protection, and its next cell could
-write ``.git/config`` or ``.agents/console/config.yaml`` on the host
-(``tests/confinement/test_shared_roots.py``).
+over them in its sandbox; 0.0.5 does the same in writable roots, 0.0.6 does not. When a name is
+missing it makes an empty folder (or file) to mount over, and removes it when its server ends.
+Removing a name that is a mount point in *another* mount namespace detaches that mount there: on
+a workspace two sessions share (a manager's pool, two notebooks), one session's close would strip
+the other's protection, and its next cell could write ``.git/config`` or
+``.agents/console/config.yaml`` on the host (``tests/confinement/test_shared_roots.py``).
 
 So the bridge makes the missing names itself before the server starts, and removes them only when
 no session of this user uses the folder any more:
@@ -31,24 +31,33 @@ import contextlib
 import hashlib
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PROTECTED_NAMES", "RootHold"]
+from packaging.version import Version
+
+__all__ = ["FOLDERS", "WORKSPACE", "Names", "RootHold", "protected_roots"]
 
 
-#: (name, is a folder) for each name mcp-console mounts over in a writable folder, read from its
-#: bubblewrap arguments (``test_shared_roots`` checks it makes nothing else). 0.0.6 keeps an empty
-#: read-only file at ``.claude`` (so no ``.claude`` folder can be made); 0.0.5 does not, and the
-#: bridge's profile for it names this file read-only (``_vetting._profiles``).
-PROTECTED_NAMES: tuple[tuple[str, bool], ...] = (
-    (".git", True),
-    (".agents", True),
-    (".codex", True),
-    (".aws", True),
-    (".claude", False),
-)
+Names = tuple[tuple[str, bool], ...]  # (name, is a folder)
+
+#: What mcp-console mounts over in a writable folder, read from its bubblewrap arguments
+#: (``test_shared_roots`` checks it makes nothing else). 0.0.6 keeps an empty read-only file at
+#: ``.claude`` (so no ``.claude`` folder can be made); 0.0.5 does not, and the bridge's profile for
+#: it names this file read-only in the workspace (``_vetting._profiles``).
+FOLDERS: Names = ((".git", True), (".agents", True), (".codex", True), (".aws", True))
+WORKSPACE: Names = (*FOLDERS, (".claude", False))
+
+
+def protected_roots(version: Version, workspace: Path | None, others: Sequence[Path]) -> list[tuple[Path, Names]]:
+    """Each writable folder of a session and the names mcp-console ``version`` mounts over in it:
+    the workspace (``None`` when it is read-only) always; writable roots and the profile's
+    ``read_write`` folders only for 0.0.5 (0.0.6 mounts over nothing in them)."""
+    roots: list[tuple[Path, Names]] = [(workspace, WORKSPACE)] if workspace is not None else []
+    if version < Version("0.0.6"):
+        roots += [(root, FOLDERS) for root in others]
+    return roots
 
 
 @dataclass(frozen=True)
@@ -70,11 +79,14 @@ class RootHold:
         """The lock files the supervisor holds too, for as long as it lives."""
         return [str(held.lock) for held in self._held]
 
-    def acquire(self, roots: Iterable[Path], names: tuple[tuple[str, bool], ...]) -> None:
+    def acquire(self, roots: Sequence[tuple[Path, Names]]) -> None:
         """Hold each writable folder and make its missing names (blocking; a closing session's
         exclusive hold lasts as long as its removal of a few empty names)."""
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for root in dict.fromkeys(Path(os.path.realpath(r)) for r in roots):
+        for given, names in roots:
+            root = Path(os.path.realpath(given))
+            if any(held.root == root for held in self._held):
+                continue
             lock = self._folder / hashlib.sha256(os.fsencode(root)).hexdigest()[:32]
             self._held.append(_Held(root, lock, _lock_shared(lock)))
             made = [name for name, folder in names if _make(root, name, folder=folder)]

@@ -27,7 +27,7 @@ from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
 from console_bridge._confinement._recording_cap import RecordingCap
 from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir, r_hooks_dir, register, state_dir
-from console_bridge._confinement._shared_roots import RootHold
+from console_bridge._confinement._shared_roots import Names, RootHold
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._adopted_worker import AdoptedWorker
 from console_bridge._console._limit_text import fork_refused, limit_text, out_of_memory
@@ -99,17 +99,17 @@ class SessionConfinement:
         writable_roots: list[Path],
         read_roots: list[Path],
         search_path: str | None = None,
-        protected: tuple[tuple[str, bool], ...] = (),
+        protected: list[tuple[Path, Names]] | None = None,
     ) -> Supervision:
         """Build the session's view and deny list; what the supervisor gets (blocking).
-        ``protected``: the names mcp-console mounts over in each writable folder, made first and
-        kept while any session uses the folder (``_confinement._shared_roots``)."""
+        ``protected``: each writable folder and the names mcp-console mounts over in it, made first
+        and kept while any session uses the folder (``_confinement._shared_roots``)."""
         assert self.entry is not None and self.confinement is not None
         self.cache_dir.mkdir(mode=0o700, exist_ok=True)
         writable = [*([self.workspace] if workspace_writable else []), *writable_roots]
-        if protected and writable:
+        if protected:
             self.roots = RootHold(state_dir() / "roots")
-            self.roots.acquire(writable, protected)
+            self.roots.acquire(protected)
         self.plant_early()
         if "r" in languages:
             self._r_profile = r_hooks_dir() / f"{self.entry.id}.Rprofile"

@@ -21,7 +21,7 @@ import psutil
 from console_bridge._cells._observe import CellObserver
 from console_bridge._cells._outcome import OutcomeLog, python_startup_code, r_profile_text, yaml_string
 from console_bridge._confinement._host import detect_host
-from console_bridge._confinement._shared_roots import PROTECTED_NAMES
+from console_bridge._confinement._shared_roots import protected_roots
 from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._console._call_path import CallPath
 from console_bridge._console._confined import SessionConfinement
@@ -263,7 +263,11 @@ class Launcher:
                     writable_roots=[*self._inputs.roots, *self._profile_writable()],
                     read_roots=list(self._inputs.read_roots),
                     search_path=self._inputs.env.get("PATH") or base_environment().get("PATH"),
-                    protected=PROTECTED_NAMES,
+                    protected=protected_roots(
+                        binary.version,
+                        self._options.workspace if self._inputs.profile.base == "workspace" else None,
+                        [*self._inputs.roots, *self._profile_writable()],
+                    ),
                 )
             )
             argv, self.expected = self._serve_args(binary, python)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from console_bridge import AsyncConsole
-from console_bridge._confinement._shared_roots import PROTECTED_NAMES, RootHold
+from console_bridge._confinement._shared_roots import FOLDERS, WORKSPACE, RootHold
 
 PLANT = textwrap.dedent(
     """\
@@ -50,7 +50,7 @@ def _profile(tmp_path: Path) -> str:
     return str(path)
 
 
-NAMES = {name for name, _ in PROTECTED_NAMES}
+NAMES = {name for name, _ in WORKSPACE}
 
 
 def _planted(workspace: Path) -> list[str]:
@@ -111,10 +111,9 @@ def test_the_last_hold_out_removes_only_what_the_bridge_made_and_is_still_empty(
     root = tmp_path / "root"
     root.mkdir()
     (root / ".git").mkdir()  # the user's: never the bridge's to remove
-    names = PROTECTED_NAMES
     first, second = RootHold(tmp_path / "locks"), RootHold(tmp_path / "locks")
-    first.acquire([root], names)
-    second.acquire([root], names)
+    first.acquire([(root, WORKSPACE)])
+    second.acquire([(root, WORKSPACE)])
     assert first.locks == second.locks and len(first.locks) == 1
     assert sorted(os.listdir(root)) == [".agents", ".aws", ".claude", ".codex", ".git"]
     (root / ".aws" / "credentials").write_text("the host's")  # filled while held: stays
@@ -131,10 +130,9 @@ def test_a_supervisors_hold_keeps_the_names_after_its_host_let_go(tmp_path: Path
     does not let another session's close remove the names under live cells."""
     root = tmp_path / "root"
     root.mkdir()
-    names = PROTECTED_NAMES
     host, other = RootHold(tmp_path / "locks"), RootHold(tmp_path / "locks")
-    host.acquire([root], names)
-    other.acquire([root], names)
+    host.acquire([(root, WORKSPACE)])
+    other.acquire([(root, WORKSPACE)])
     supervisor = os.open(host.locks[0], os.O_RDONLY)
     fcntl.flock(supervisor, fcntl.LOCK_SH)
     host.release()
@@ -142,6 +140,29 @@ def test_a_supervisors_hold_keeps_the_names_after_its_host_let_go(tmp_path: Path
     assert sorted(os.listdir(root)) == [".agents", ".aws", ".claude", ".codex", ".git"]
     os.close(supervisor)
     late = RootHold(tmp_path / "locks")  # the next session's close tidies what the dead one left
-    late.acquire([root], names)
+    late.acquire([(root, WORKSPACE)])
     late.release()
     assert os.listdir(root) == []
+
+
+@pytest.mark.anyio
+@pytest.mark.console
+async def test_names_are_made_only_where_mcp_console_mounts_over_them(
+    mcp_console: tuple[str, Path], tmp_path: Path, workspace: Path, recordings: Path, no_leaks: None
+) -> None:
+    """A writable root: 0.0.5 mounts over its .git, .agents, .codex and .aws; 0.0.6 over nothing
+    there (checked against each binary: a name the bridge makes that is not mounted over would be
+    a folder the cells may fill)."""
+    version, binary = mcp_console
+    out = tmp_path / "out"
+    out.mkdir()
+    options = {"command": binary, "writable_roots": [out], "recordings_dir": recordings, "languages": ("python",)}
+    async with AsyncConsole(workspace, **options) as console:
+        made = set(os.listdir(out))
+        assert made == ({name for name, _ in FOLDERS} if version == "0.0.5" else set()), made
+        assert os.listdir(workspace) == []  # the read-only profile: the workspace is not writable
+        git = str(out / ".git")
+        code = f"import os\ntry:\n    os.mkdir({git!r})\nexcept OSError as e:\n    print(type(e).__name__)"
+        result = await console.run(python=code)
+        assert (result.combined.strip() != "") == (version == "0.0.5"), result.combined
+    assert os.listdir(out) == ([] if version == "0.0.5" else [".git"])
