@@ -131,7 +131,7 @@ class Supervision:
     tmpdir: Path | None = None
     cleanup: tuple[Path, ...] = ()
     view: MountPlan | None = None
-    holds: tuple[str, ...] = ()  # lock files of the writable folders, held until the supervisor ends
+    holds: tuple[str, ...] = ()  # writable folders the supervisor locks shared until it ends (``_shared_roots``)
 
     def command(self, argv: list[str], *, cwd: str | None, grace: float) -> list[str]:
         """The command line that starts ``argv`` under the supervisor (see :func:`supervisor_command`)."""

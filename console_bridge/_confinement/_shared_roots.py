@@ -10,32 +10,38 @@ the other's protection, and its next cell could write ``.git/config`` or
 ``.agents/console/config.yaml`` on the host (``tests/confinement/test_shared_roots.py``).
 
 So the bridge makes the missing names itself before the server starts, and removes them only when
-no session of this user uses the folder any more:
+no session uses the folder any more:
 
-- each writable folder has a lock file in the state folder (named by a hash of its path); every
-  session holds it shared (``flock``) from before it makes the names until its supervisor, the
-  last process of its tree, has ended: the host holds one descriptor, the supervisor another
-  (taken in its own setup, so a host that dies does not free the folder while its cells live);
-- the names the bridge made are listed beside the lock (one line each, appended);
+- every session holds the folder itself locked, shared (``flock`` on the folder's own inode, so one
+  folder reached by two paths, bind mounts, other state folders and other users all see one lock),
+  from before it makes the names until its supervisor, the last process of its tree, has ended:
+  the host holds one descriptor, the supervisor another (taken in its own setup, so a host that
+  dies does not free the folder while its cells live). A cell cannot take the lock exclusively:
+  its own session holds it shared;
+- the names the bridge made are listed in the state folder (by the folder's device and inode);
 - a session that ends takes the lock exclusively without waiting; if it gets it, no session uses
   the folder: it removes the listed names that are still empty (a folder the host filled, a file
-  it wrote, stays), the list, and the lock file.
+  it wrote, stays) and the list. Names another state folder listed stay until one of its sessions
+  is the last out;
+- a folder whose file system cannot lock it (some network file systems) gets its names made and
+  never removed, which is safe.
 
-mcp-console never makes or removes these names then. Sessions of different users on one folder do
-not see each other's locks: give them folders of their own (README, "What a cell can read").
+mcp-console never makes or removes these names then.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
+
+from console_bridge._errors import LaunchRefused
 
 __all__ = ["FOLDERS", "WORKSPACE", "Names", "RootHold", "protected_roots"]
 
@@ -63,39 +69,80 @@ def protected_roots(version: Version, workspace: Path | None, others: Sequence[P
 @dataclass(frozen=True)
 class _Held:
     root: Path
-    lock: Path
-    fd: int
+    made: Path  # the list of names the bridge made there
+    fd: int  # the folder, locked shared
 
 
 class RootHold:
     """This session's shared hold on its writable folders (see the module's docstring)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, wait: float = 10.0) -> None:
         self._folder = folder
+        self._wait = wait
         self._held: list[_Held] = []
 
     @property
     def locks(self) -> list[str]:
-        """The lock files the supervisor holds too, for as long as it lives."""
-        return [str(held.lock) for held in self._held]
+        """The folders the supervisor locks too, for as long as it lives."""
+        return [str(held.root) for held in self._held]
 
     def acquire(self, roots: Sequence[tuple[Path, Names]]) -> None:
-        """Hold each writable folder and make its missing names (blocking; a closing session's
-        exclusive hold lasts as long as its removal of a few empty names)."""
+        """Hold each writable folder and make its missing names (blocking: a closing session holds a
+        folder exclusively for as long as it removes a few empty names). Raises LaunchRefused when a
+        folder stays locked exclusively for ``wait`` seconds; what it holds by then is released."""
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for given, names in roots:
-            root = Path(os.path.realpath(given))
-            if any(held.root == root for held in self._held):
-                continue
-            lock = self._folder / hashlib.sha256(os.fsencode(root)).hexdigest()[:32]
-            self._held.append(_Held(root, lock, _lock_shared(lock)))
-            made = [name for name, folder in names if _make(root, name, folder=folder)]
-            if made:
-                fd = os.open(f"{lock}.made", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-                try:
-                    os.write(fd, "".join(f"{name}\n" for name in made).encode())
-                finally:
-                    os.close(fd)
+        try:
+            for given, names in roots:
+                root = Path(os.path.realpath(given))
+                if any(held.root == root for held in self._held):
+                    continue
+                opened = self._lock_shared(root)
+                if opened is None:
+                    continue  # mcp-console says what is wrong with the folder
+                fd, locked = opened
+                info = os.fstat(fd)
+                made_list = self._folder / f"{info.st_dev:x}-{info.st_ino:x}.made"
+                if locked:
+                    self._held.append(_Held(root, made_list, fd))
+                made = [name for name, folder in names if _make(fd, name, folder=folder)]
+                if not locked:
+                    os.close(fd)  # this file system cannot lock it: the names are made and left in place
+                elif made:
+                    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                    out = os.open(made_list, flags, 0o600)
+                    try:
+                        os.write(out, "".join(f"{name}\n" for name in made).encode())
+                    finally:
+                        os.close(out)
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock_shared(self, root: Path) -> tuple[int, bool] | None:
+        """(the folder's descriptor, whether it is locked shared); None when it cannot be opened."""
+        import fcntl  # (not at import: the package imports where there is no fcntl, to refuse there)
+
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        deadline = time.monotonic() + self._wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return fd, True
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+                os.close(fd)
+                raise LaunchRefused(
+                    f"the writable folder {root} stayed locked exclusively for {self._wait:g} s (a closing session "
+                    "holds it for milliseconds; another process holds it now). Nothing was started; find the "
+                    f"process with `fuser -v {root}` or start again."
+                ) from None
+            except OSError:
+                return fd, False
 
     def release(self) -> None:
         """After the session's tree has ended: give each folder up; the last session out removes the
@@ -107,35 +154,9 @@ class RootHold:
                 _tidy_if_last(item)
 
 
-def _lock_shared(lock: Path) -> int:
-    """A shared hold on ``lock``, on the file its name still names (a last session removes it while
-    it holds it exclusively)."""
-    import fcntl  # (not at import: the package imports where there is no fcntl, to refuse there)
-
-    while True:
-        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            held = os.fstat(fd)
-            named = os.stat(lock, follow_symlinks=False)
-        except FileNotFoundError:
-            os.close(fd)
-            continue
-        except BaseException:
-            os.close(fd)
-            raise
-        if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
-            return fd
-        os.close(fd)
-
-
-def _make(root: Path, name: str, *, folder: bool) -> bool:
-    """Make ``root/name`` (an empty folder, or an empty read-only file) unless something is there;
-    whether it was made."""
-    try:
-        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return False  # mcp-console says what is wrong with the folder
+def _make(dir_fd: int, name: str, *, folder: bool) -> bool:
+    """Make ``name`` in the folder (an empty folder, or an empty read-only file) unless something is
+    there; whether it was made."""
     try:
         if folder:
             os.mkdir(name, 0o755, dir_fd=dir_fd)
@@ -143,33 +164,32 @@ def _make(root: Path, name: str, *, folder: bool) -> bool:
             os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=dir_fd))
     except OSError:
         return False  # there already (the user's own, or a symlink: left as it is), or not writable
-    finally:
-        os.close(dir_fd)
     return True
 
 
 def _tidy_if_last(item: _Held) -> None:
     import fcntl
 
-    fd = os.open(item.lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    fd = os.open(item.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return  # another session uses the folder: the last one tidies
-        made = Path(f"{item.lock}.made")
+        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != _key(item.made):
+            return  # the path names another folder now
         with contextlib.suppress(FileNotFoundError):
-            names = dict.fromkeys(made.read_text().split())
-            dir_fd = os.open(item.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                for name in names:
-                    _remove_if_empty(dir_fd, name)
-            finally:
-                os.close(dir_fd)
-            made.unlink()
-        item.lock.unlink()
+            names = dict.fromkeys(item.made.read_text().split())
+            for name in names:
+                _remove_if_empty(fd, name)
+            item.made.unlink()
     finally:
         os.close(fd)
+
+
+def _key(made: Path) -> tuple[int, int]:
+    dev, _, ino = made.name.removesuffix(".made").partition("-")
+    return int(dev, 16), int(ino, 16)
 
 
 def _remove_if_empty(dir_fd: int, name: str) -> None:

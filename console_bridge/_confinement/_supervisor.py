@@ -219,20 +219,20 @@ class Supervisor:
         self.remasker = sock.detach()
         os.set_inheritable(self.remasker, False)  # (the server's process closes its copy before exec)
 
-    def hold_roots(self, locks: list[str]) -> None:
-        """Hold each writable folder's lock shared until this process ends, after every process of
-        the session (see ``_shared_roots``): a host that dies first does not free the folder's
-        names while its cells live. The host holds them already, so none waits."""
-        if not locks:
+    def hold_roots(self, folders: list[str]) -> None:
+        """Lock each writable folder shared until this process ends, after every process of the
+        session (see ``_shared_roots``): a host that dies first does not free the folder's names
+        while its cells live. The host holds them already, so none waits."""
+        if not folders:
             return
         import fcntl
 
-        for lock in locks:
+        for folder in folders:
             try:
-                fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 fcntl.flock(fd, fcntl.LOCK_SH)
             except OSError as exc:
-                _fail(f"holding the writable folder's lock {lock} failed: {exc}")
+                _fail(f"locking the writable folder {folder} failed: {exc}")
                 return
             self.holds.append(fd)
 

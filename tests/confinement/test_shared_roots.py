@@ -12,11 +12,12 @@ import fcntl
 import os
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from console_bridge import AsyncConsole
+from console_bridge import AsyncConsole, LaunchRefused
 from console_bridge._confinement._shared_roots import FOLDERS, WORKSPACE, RootHold
 
 PLANT = textwrap.dedent(
@@ -64,14 +65,26 @@ def _planted(workspace: Path) -> list[str]:
 
 @pytest.mark.anyio
 @pytest.mark.console
+@pytest.mark.parametrize("second_state", ["same", "other"])
 async def test_one_sessions_close_leaves_anothers_protected_names_in_place(
-    mcp_console: tuple[str, Path], tmp_path: Path, workspace: Path, recordings: Path, no_leaks: None, state_dir: Path
+    mcp_console: tuple[str, Path],
+    second_state: str,
+    tmp_path: Path,
+    workspace: Path,
+    recordings: Path,
+    no_leaks: None,
+    state_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """``other``: the second session keeps its books in another state folder (a notebook and a manager
+    configured apart): the folder's lock is the folder itself, so they still see each other."""
     _, binary = mcp_console
     options = {"command": binary, "profile": _profile(tmp_path), "recordings_dir": recordings, "languages": ("python",)}
     second = AsyncConsole(workspace, **options)
     async with AsyncConsole(workspace, **options):
         assert set(os.listdir(workspace)) == NAMES  # mcp-console makes no name the bridge did not
+        if second_state == "other":
+            monkeypatch.setenv("CONSOLE_BRIDGE_STATE_DIR", str(tmp_path / "other-state"))
         await second.start()
     try:
         assert set(os.listdir(workspace)) == NAMES, "the first session's close removed the names"
@@ -79,11 +92,22 @@ async def test_one_sessions_close_leaves_anothers_protected_names_in_place(
         assert result.error is None, result.combined
         assert ": done" not in result.combined, result.combined
         assert _planted(workspace) == [], f"a cell wrote a protected name on the host: {_planted(workspace)}"
+        # A cell cannot lock the folder for itself (its own session holds it shared)
+        grab = "import fcntl, os\ntry:\n    fcntl.flock(os.open('.', os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        grab += "    print('locked')\nexcept OSError as e:\n    print(type(e).__name__)"
+        assert (await second.run(python=grab)).combined.strip() == "BlockingIOError"
         assert "2" in (await second.run(python="print(1 + 1)")).combined
     finally:
         await second.close()
+    if second_state == "other":
+        # the names the first session listed in its own books stay (empty, and safe) until a session
+        # keeping its books there is the last out
+        assert sorted(os.listdir(workspace)) == sorted(NAMES) and _planted(workspace) == []
+        monkeypatch.setenv("CONSOLE_BRIDGE_STATE_DIR", str(state_dir))
+        async with AsyncConsole(workspace, **options):
+            pass
     assert os.listdir(workspace) == [], "the last session out left the names it made"
-    assert os.listdir(state_dir / "roots") == [], "the last session out left the folder's lock"
+    assert os.listdir(state_dir / "roots") == [], "the last session out left its list"
 
 
 @pytest.mark.anyio
@@ -166,3 +190,28 @@ async def test_names_are_made_only_where_mcp_console_mounts_over_them(
         result = await console.run(python=code)
         assert (result.combined.strip() != "") == (version == "0.0.5"), result.combined
     assert os.listdir(out) == ([] if version == "0.0.5" else [".git"])
+
+
+def test_two_state_folders_see_one_lock_and_an_exclusive_holder_is_refused_in_time(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    first, second = RootHold(tmp_path / "state-a"), RootHold(tmp_path / "state-b")
+    first.acquire([(root, WORKSPACE)])
+    second.acquire([(root, WORKSPACE)])
+    first.release()  # not the last out: the second, with books elsewhere, holds the folder
+    assert sorted(os.listdir(root)) == sorted(NAMES)
+    second.release()
+    assert sorted(os.listdir(root)) == sorted(
+        NAMES
+    )  # listed in state-a's books: left (empty) until one of its own ends
+    holder = os.open(root, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    began = time.monotonic()
+    with pytest.raises(LaunchRefused, match=r"stayed locked exclusively for 0.2 s.*fuser -v"):
+        RootHold(tmp_path / "state-a", wait=0.2).acquire([(root, WORKSPACE)])
+    assert time.monotonic() - began < 5
+    os.close(holder)
+    late = RootHold(tmp_path / "state-a")
+    late.acquire([(root, WORKSPACE)])
+    late.release()
+    assert os.listdir(root) == []
