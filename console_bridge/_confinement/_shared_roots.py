@@ -17,7 +17,7 @@ no session uses the folder any more:
   from before it makes the names until its supervisor, the last process of its tree, has ended:
   the host holds one descriptor, the supervisor another (taken in its own setup, so a host that
   dies does not free the folder while its cells live). A cell cannot take the lock exclusively:
-  its own session holds it shared;
+  its own session holds it shared (a session whose workspace is read-only holds it too);
 - the names the bridge made are listed in the state folder (by the folder's device and inode);
 - a session that ends takes the lock exclusively without waiting; if it gets it, no session uses
   the folder: it removes the listed names that are still empty (a folder the host filled, a file
@@ -56,11 +56,14 @@ FOLDERS: Names = ((".git", True), (".agents", True), (".codex", True), (".aws", 
 WORKSPACE: Names = (*FOLDERS, (".claude", False))
 
 
-def protected_roots(version: Version, workspace: Path | None, others: Sequence[Path]) -> list[tuple[Path, Names]]:
-    """Each writable folder of a session and the names mcp-console ``version`` mounts over in it:
-    the workspace (``None`` when it is read-only) always; writable roots and the profile's
-    ``read_write`` folders only for 0.0.5 (0.0.6 mounts over nothing in them)."""
-    roots: list[tuple[Path, Names]] = [(workspace, WORKSPACE)] if workspace is not None else []
+def protected_roots(
+    version: Version, workspace: Path, others: Sequence[Path], *, workspace_writable: bool
+) -> list[tuple[Path, Names]]:
+    """Each folder a session holds and the names mcp-console ``version`` mounts over in it: the
+    workspace always (held with no names when it is read-only, so that no cell of this session can
+    lock it exclusively and stall the starts of sessions that write there); writable roots and the
+    profile's ``read_write`` folders only for 0.0.5 (0.0.6 mounts over nothing in them)."""
+    roots: list[tuple[Path, Names]] = [(workspace, WORKSPACE if workspace_writable else ())]
     if version < Version("0.0.6"):
         roots += [(root, FOLDERS) for root in others]
     return roots

@@ -265,8 +265,9 @@ class Launcher:
                     search_path=self._inputs.env.get("PATH") or base_environment().get("PATH"),
                     protected=protected_roots(
                         binary.version,
-                        self._options.workspace if self._inputs.profile.base == "workspace" else None,
+                        self._options.workspace,
                         [*self._inputs.roots, *self._profile_writable()],
+                        workspace_writable=self._inputs.profile.base == "workspace",
                     ),
                 )
             )

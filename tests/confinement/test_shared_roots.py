@@ -185,6 +185,10 @@ async def test_names_are_made_only_where_mcp_console_mounts_over_them(
         made = set(os.listdir(out))
         assert made == ({name for name, _ in FOLDERS} if version == "0.0.5" else set()), made
         assert os.listdir(workspace) == []  # the read-only profile: the workspace is not writable
+        # held all the same: a cell of a read-only session cannot lock it and stall the writers' starts
+        grab = "import fcntl, os\ntry:\n    fcntl.flock(os.open('.', os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        grab += "    print('locked')\nexcept OSError as e:\n    print(type(e).__name__)"
+        assert (await console.run(python=grab)).combined.strip() == "BlockingIOError"
         git = str(out / ".git")
         code = f"import os\ntry:\n    os.mkdir({git!r})\nexcept OSError as e:\n    print(type(e).__name__)"
         result = await console.run(python=code)
