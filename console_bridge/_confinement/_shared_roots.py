@@ -74,6 +74,7 @@ class _Held:
     root: Path
     made: Path  # the list of names the bridge made there
     fd: int  # the folder, locked shared
+    inode: tuple[int, int]  # the folder's (device, inode), which names the list
 
 
 class RootHold:
@@ -106,7 +107,7 @@ class RootHold:
                 info = os.fstat(fd)
                 made_list = self._folder / f"{info.st_dev:x}-{info.st_ino:x}.made"
                 if locked:
-                    self._held.append(_Held(root, made_list, fd))
+                    self._held.append(_Held(root, made_list, fd, (info.st_dev, info.st_ino)))
                 made = [name for name, folder in names if _make(fd, name, folder=folder)]
                 if not locked:
                     os.close(fd)  # this file system cannot lock it: the names are made and left in place
@@ -179,7 +180,8 @@ def _tidy_if_last(item: _Held) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return  # another session uses the folder: the last one tidies
-        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != _key(item.made):
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != item.inode:
             return  # the path names another folder now
         with contextlib.suppress(FileNotFoundError):
             names = dict.fromkeys(item.made.read_text().split())
@@ -188,11 +190,6 @@ def _tidy_if_last(item: _Held) -> None:
             item.made.unlink()
     finally:
         os.close(fd)
-
-
-def _key(made: Path) -> tuple[int, int]:
-    dev, _, ino = made.name.removesuffix(".made").partition("-")
-    return int(dev, 16), int(ino, 16)
 
 
 def _remove_if_empty(dir_fd: int, name: str) -> None:
