@@ -419,7 +419,8 @@ class AsyncSessionManager(NotCopyable):
                 self._ready.remove(entry)
             entry.state, spare = "closing", spare_recording(entry)
             await entry.console.close()
-            await drop_recording(spare)  # (an unused warm session leaves no recording)
+            # (an unused warm session leaves no recording; one not yet found is found by the close)
+            await drop_recording(spare or spare_recording(entry))
             folder, entry.folder = entry.folder, None
             await remove_folder(folder)
             self._forget(entry, why)
@@ -511,7 +512,8 @@ class AsyncSessionManager(NotCopyable):
             with anyio.CancelScope(shield=True):
                 spare = spare_recording(entry)
                 await entry.console.close()
-                await drop_recording(spare)
+                # during the warm-up the recording may not be known yet: the close finds it
+                await drop_recording(spare or spare_recording(entry))
                 self._forget(entry, _MANAGER_CLOSED)
             raise
         try:
