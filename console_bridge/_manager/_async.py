@@ -512,8 +512,7 @@ class AsyncSessionManager(NotCopyable):
             with anyio.CancelScope(shield=True):
                 spare = spare_recording(entry)
                 await entry.console.close()
-                # during the warm-up the recording may not be known yet: the close finds it
-                await drop_recording(spare or spare_recording(entry))
+                await drop_recording(spare or spare_recording(entry))  # (see _close_entry)
                 self._forget(entry, _MANAGER_CLOSED)
             raise
         try:
