@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from console_bridge._cells._outcome_log import outcome_dir_name
+from console_bridge._worker import compact, worker_source
 
 __all__ = ["python_startup_code", "yaml_string"]
 
@@ -322,6 +323,9 @@ def _console_bridge_tables(emit):
     return capture
 
 
+%(ipython)s
+
+
 def _console_bridge_install(_dir_name, _want_sql):
     import json, os, sys, threading, traceback
     folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", _dir_name)
@@ -392,9 +396,9 @@ def _console_bridge_install(_dir_name, _want_sql):
         prune(error, rendered, set())
         return "".join(rendered.format())
 
-    def failure(language, error, where=""):
+    def failure(language, error, where="", text=None):
         try:
-            text = public_traceback(error)
+            text = public_traceback(error) if text is None else text
         except Exception:
             try:
                 text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
@@ -454,7 +458,10 @@ def _console_bridge_install(_dir_name, _want_sql):
         return _original(args)
 
     threading.excepthook = on_thread_error
-    capture_table = _console_bridge_tables(_console_bridge_displays(os.path.join(folder, "outputs.jsonl")))
+    emit = _console_bridge_displays(os.path.join(folder, "outputs.jsonl"))
+    capture_table = _console_bridge_tables(emit)
+    _console_bridge_ipython(emit, failure, lambda topic, text: record(
+        {"type": "notice", "topic": topic, "message": text}), running)
 
     class NoSQL:
         """Never used: SQL cells are not offered when SQL is off (the worker insists on a connection)."""
@@ -588,9 +595,10 @@ def python_startup_code(nonce: str, *, sql: bool, offline: bool = True, fonts: s
     DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice). With
     ``offline`` (the sandbox has no network) a cell that starts an installer fails at once.
     ``fonts``: the code that shows matplotlib the session's font lists (``_vetting._font_cache``)."""
-    return _PYTHON_STARTUP % {
+    return compact(_PYTHON_STARTUP % {
         "dir": repr(outcome_dir_name(nonce)),
         "fonts": fonts,
         "sql": "True" if sql else "False",
         "offline": "True" if offline else "False",
-    }
+        "ipython": worker_source("_ipython"),
+    })

@@ -1,0 +1,33 @@
+"""Code that runs inside the sandboxed worker, not on the host: real modules (ruff, mypy and the tests
+see them), whose source the startup code carries into the worker. Each needs only the standard library
+and what the cell venv has; none imports console_bridge, which the cell venv may not have."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from importlib import resources
+
+__all__ = ["compact", "worker_source"]
+
+
+@functools.cache
+def worker_source(module: str) -> str:
+    """The source of ``console_bridge._worker.<module>``, to run in the worker as part of its startup code."""
+    return resources.files(__name__).joinpath(f"{module}.py").read_text(encoding="utf-8")
+
+
+def compact(code: str) -> str:
+    """``code`` without its comments and docstrings (``ast.unparse``): mcp-console takes at most 32 KiB
+    of startup code (``startup encoded source is N bytes; maximum is 32768 bytes``), and what the worker
+    runs needs none of the prose that explains it here."""
+    tree = ast.parse(code)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                if isinstance(body[0].value.value, str):
+                    del body[0]
+                    if not body:
+                        body.append(ast.Pass())
+    return ast.unparse(tree) + "\n"

@@ -1,0 +1,159 @@
+"""Python cells through IPython's own ``InteractiveShell``, inside the sandboxed worker.
+
+This module runs in the worker, not on the host: ``_cells._outcome_python`` sends its source as part
+of the worker's startup code (so it needs nothing of console_bridge there, only the standard library
+and the cell venv's IPython). It replaces mcp-console's ``_mcp_console.eval_cell`` (looked up by the
+worker for every cell, checked on 0.0.5 and 0.0.6) with one that runs the cell as Jupyter's kernel
+does: ``shell.run_cell(source, store_history=True)``. So magics (``%matplotlib inline``, ``%timeit``,
+``%%time``, ``!cmd``: all inside the sandbox), a trailing ``;``, IPython's display formatter and its
+registry (whatever a library registers, figures by value) and Jupyter's tracebacks (``Cell In[n],
+line m``) behave as they do in Jupyter.
+
+What the shell shows goes to the bridge's channels, as ipykernel's ZMQ classes send it to a
+frontend: the display hook and the display publisher hand each MIME bundle to ``emit`` (``result``
+or ``display``), a traceback is written to stderr and recorded by ``failure`` (the outcome log).
+
+Without IPython in the cell venv nothing is replaced: cells run through mcp-console's own evaluator
+as before, and ``notice`` says why (``status().extra["notices"]``).
+"""
+
+import base64
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["_console_bridge_ipython"]
+
+Emit = Callable[[str, dict[str, Any]], None]
+Failure = Callable[..., None]
+
+
+def _console_bridge_ipython(
+    emit: Emit,
+    failure: Failure,
+    notice: Callable[[str, str], None],
+    running: list[Any],
+) -> bool:
+    """Install the shell; false (and a notice) when IPython cannot be imported in this venv."""
+    worker = sys.modules.get("_mcp_console")
+    if worker is None or not callable(getattr(worker, "eval_cell", None)):
+        notice("python", "console-bridge found no evaluator to hand to IPython in this mcp-console's worker")
+        return False
+    home = os.path.join(os.environ.get("TMPDIR") or "/tmp", ".ipython")
+    os.environ.setdefault("IPYTHONDIR", home)  # (the user's ~/.ipython is not writable, nor theirs to share)
+    inline = "module://matplotlib_inline.backend_inline"
+    if os.environ.get("MPLBACKEND", "agg").lower() == "agg":  # (mcp-console's choice: headless)
+        os.environ["MPLBACKEND"] = inline  # figures shown by IPython's display formatter, as ipykernel does
+    for name in ("COLUMNS", "LINES"):  # (mcp-console sets 200 columns; a kernel has none: pandas, numpy
+        os.environ.pop(name, None)  # and pprint then use their defaults, as in Jupyter)
+    try:
+        from IPython.core.displayhook import DisplayHook
+        from IPython.core.displaypub import DisplayPublisher
+        from IPython.core.interactiveshell import InteractiveShell
+        from traitlets.config import Config
+    except Exception as exc:
+        if os.environ.get("MPLBACKEND") == inline:
+            os.environ["MPLBACKEND"] = "agg"
+        notice(
+            "ipython",
+            f"Python cells run without IPython: it cannot be imported in the worker's Python ({sys.executable}: "
+            f"{type(exc).__name__}: {exc}), so magics, a trailing ';' and IPython's display formatter are not "
+            "available. Install IPython there (pip install ipython, or the [jupyter] extra).",
+        )
+        return False
+    try:
+        import matplotlib_inline  # noqa: F401  (the inline backend comes with IPython's usual installs)
+    except Exception:
+        os.environ["MPLBACKEND"] = "agg"
+
+    def encoded(data: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for mime, value in data.items():
+            if isinstance(value, (bytes, bytearray)):  # noqa: UP038  (the cell venv's Python may be older)
+                binary = mime.startswith("image/") and mime != "image/svg+xml"
+                value = base64.b64encode(bytes(value)).decode("ascii") if binary else bytes(value).decode()
+            out[str(mime)] = value
+        return out
+
+    class BridgeDisplayHook(DisplayHook):  # type: ignore[misc]
+        """The last expression's value, as ipykernel's ZMQShellDisplayHook builds it: to ``emit``."""
+
+        def start_displayhook(self) -> None:
+            self._bundle: dict[str, Any] = {}
+
+        def write_output_prompt(self) -> None:
+            pass  # (Jupyter shows the execution count beside the result, not an "Out[n]:" line)
+
+        def write_format_data(self, format_dict: dict[str, Any], md_dict: Any = None) -> None:
+            self._bundle = encoded(format_dict)
+
+        def finish_displayhook(self) -> None:
+            sys.stdout.flush()
+            if self._bundle:
+                emit("result", self._bundle)
+            self._bundle = {}
+
+    class BridgePublisher(DisplayPublisher):  # type: ignore[misc]
+        """``display()`` and every rich output a library publishes: to ``emit``."""
+
+        def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, **kwargs: Any) -> None:
+            sys.stdout.flush()
+            emit("display", encoded(data))
+
+        def clear_output(self, wait: bool = False) -> None:
+            pass  # (the bridge keeps every output; there is no live view to clear)
+
+    class BridgeShell(InteractiveShell):  # type: ignore[misc]
+        """Tracebacks go to stderr and to the outcome log, like ipykernel's error messages."""
+
+        def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
+            text = self.InteractiveTB.stb2text(stb)
+            sys.stdout.flush()
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+            failure("python", evalue, text=text)
+
+        def enable_gui(self, gui: Any = None) -> None:
+            if gui not in (None, "inline"):
+                raise RuntimeError(
+                    f"the sandbox has no display: the {gui!r} GUI event loop cannot run there. Use "
+                    "%matplotlib inline (the default: figures are shown as images)"
+                )
+
+    config = Config()
+    config.HistoryManager.enabled = False  # (no SQLite history file in the sandbox)
+    config.InteractiveShell.colors = "nocolor"
+    config.InteractiveShell.xmode = "Context"
+    config.InteractiveShell.autocall = 0
+    main = sys.modules["__main__"]
+    shell = BridgeShell.instance(
+        config=config,
+        displayhook_class=BridgeDisplayHook,
+        display_pub_class=BridgePublisher,
+        user_module=main,
+        user_ns=main.__dict__,
+    )
+    compiler = shell.compile
+    original_name = compiler.get_code_name
+
+    def code_name(raw_code: str, transformed_code: str, number: int) -> str:
+        # The cell is compiled under mcp-console's own name for it ("<mcp-console:python:eN>"): the
+        # outcome hooks and `run`'s file names know it, and IPython still shows it as "Cell In[n]".
+        name = running[0]
+        return name if isinstance(name, str) else str(original_name(raw_code, transformed_code, number))
+
+    compiler.get_code_name = code_name
+    finalize = getattr(worker, "finalize_plots", None)
+
+    def eval_cell(source: str, filename: str) -> None:
+        running[0] = filename
+        result = shell.run_cell(source, store_history=True)
+        error = result.error_in_exec
+        if isinstance(error, SystemExit):
+            raise error  # (the worker ends, as with mcp-console's own evaluator)
+        if callable(finalize):
+            finalize()  # figures a cell left open with a backend other than the inline one
+
+    worker.eval_cell = eval_cell
+    return True
