@@ -69,6 +69,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from console_bridge import (
     BridgeError,
     CellError,
+    CellFailure,
     CellResult,
     CellTimeout,
     Console,
@@ -121,6 +122,20 @@ class _Value:
 
     def __repr__(self) -> str:
         return self.output.text
+
+
+#: how the sandbox's IPython starts a traceback (its Context mode, and a syntax error's)
+_TRACEBACK_STARTS = ("-" * 75 + "\n", "  Cell In[")
+
+
+def sandbox_error(failure: CellFailure) -> Exception:
+    """The cell's failure as the kernel shows it: an exception of the sandbox's class name (``ename``),
+    its message (``evalue``) and the sandbox's traceback (IPython's ``_render_traceback_``)."""
+    name = failure.name if failure.name.isidentifier() else "CellError"
+    error: Exception = type(name, (Exception,), {"__module__": "sandbox"})(failure.message)
+    lines = failure.traceback.rstrip("\n").splitlines() or [f"{failure.name}: {failure.message}"]
+    setattr(error, "_render_traceback_", lambda: lines)  # noqa: B010 - an instance attribute, on purpose
+    return error
 
 
 def _format_value(value: object) -> str:
@@ -190,6 +205,9 @@ class ConsoleMagics(TransferMagics):
         self.manager: SessionManager | None = None
         self.console: Console | None = None
         self.spec: SessionSpec | None = None
+        #: as the sandboxed kernel shows cells (``console-bridge kernel``): no lines of its own about the
+        #: session, and a failed cell is an error named as in the sandbox with its traceback, as ipykernel's
+        self.as_kernel = False
 
     # ------------------------------------------------------------ registration
     def register(self) -> None:
@@ -256,6 +274,8 @@ class ConsoleMagics(TransferMagics):
             if hasattr(exc, "_render_traceback_"):
                 raise  # already worded for the notebook
             failure = exc.error
+            if self.as_kernel and failure is not None:
+                raise sandbox_error(failure) from None
             what = (
                 f"{failure.name}: {failure.message.strip().splitlines()[0]}"
                 if failure and failure.message.strip()
@@ -340,7 +360,8 @@ class ConsoleMagics(TransferMagics):
             else:
                 why = describe_change(self.spec, spec) or "the session changes"
             notice = f"{why}: closing the session (its state is lost) and opening a new one"
-            sys.stderr.write(f"{_PREFIX}{host_line(notice)}\n")
+            if not self.as_kernel:
+                sys.stderr.write(f"{_PREFIX}{host_line(notice)}\n")
             if manager is self.manager:
                 with contextlib.suppress(Exception):
                     current.close()
@@ -363,7 +384,8 @@ class ConsoleMagics(TransferMagics):
         )
         if "r" not in spec.languages and shutil.which("R"):
             opened += "; R is installed but not in this session: `--languages python,sql,r` on a %%console line adds it"
-        sys.stderr.write(f"{_PREFIX}{host_line(opened)}\n")
+        if not self.as_kernel:
+            sys.stderr.write(f"{_PREFIX}{host_line(opened)}\n")
         return console
 
     def _run(self, console: Console, language: str, code: str, timeout: float | None) -> _Value | None:
@@ -372,7 +394,10 @@ class ConsoleMagics(TransferMagics):
         out: TextIO = sys.stdout
         err: TextIO = sys.stderr
         # (one CI fence, on stdout: a second one on stderr could cancel it, the two pipes are read in no order)
-        hygiene = {"stdout": CellOutput(raw=False, environ=os.environ), "stderr": CellOutput(raw=False, environ={})}
+        # (as a kernel, Jupyter's frontends render the text, `\r` and all, as for ipykernel; mcp-console has
+        # stripped the terminal escapes already)
+        raw = self.as_kernel
+        hygiene = {"stdout": CellOutput(raw=raw, environ=os.environ), "stderr": CellOutput(raw=raw, environ={})}
 
         def write_to(stream: str, text: str) -> None:
             target = out if stream == "stdout" else err
@@ -388,10 +413,14 @@ class ConsoleMagics(TransferMagics):
         final: list[Output] = []
         publish = self.shell.display_pub.publish
 
+        held: list[str] = []  # (as a kernel: a traceback on stderr, shown as the error message instead)
+
         def on_output(chunk: CellResult) -> None:
             if not (chunk.segments and all(stream == "display" for stream, _ in chunk.segments)):
                 for stream, text in (("stdout", chunk.text), ("stderr", chunk.stderr)):
-                    if text:
+                    if stream == "stderr" and self.as_kernel and (held or text.startswith(_TRACEBACK_STARTS)):
+                        held.append(text)
+                    elif text:
                         write_to(stream, text)
                         shown.append(text)
             else:
@@ -412,6 +441,8 @@ class ConsoleMagics(TransferMagics):
                 # The cell called input(): ask through Jupyter's stdin, then follow the cell again.
                 result = self._answer(console, result, on_output)
                 failure = failure or result.error
+            if failure is None and held:
+                write_to("stderr", "".join(held))  # (it was not a traceback after all)
             if failure is not None:
                 dataclasses.replace(result, error=failure).raise_for_error()
             return _Value(final[-1]) if final else None

@@ -236,39 +236,43 @@ def _console_bridge_displays(path):
             else:
                 emit("display", bundle(value))
 
-    sys.displayhook = displayhook
-    builtins.display = display
+    def fallback():
+        # Without IPython in the cell venv: this display hook, display() and IPython's display() here.
+        sys.displayhook = displayhook
+        builtins.display = display
 
-    class IPythonDisplay:
-        """Points IPython's display() here when a cell imports IPython (no kernel runs in the worker)."""
+        class IPythonDisplay:
+            """Points IPython's display() here when a cell imports IPython (no kernel runs in the worker)."""
 
-        target = "IPython.core.display_functions"
+            target = "IPython.core.display_functions"
 
-        def find_spec(self, fullname, path=None, target=None):
-            if fullname != self.target:
-                return None
-            import importlib.util
-            sys.meta_path.remove(self)
-            try:
-                spec = importlib.util.find_spec(fullname)
-            finally:
-                sys.meta_path.insert(0, self)
-            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            def find_spec(self, fullname, path=None, target=None):
+                if fullname != self.target:
+                    return None
+                import importlib.util
+                sys.meta_path.remove(self)
+                try:
+                    spec = importlib.util.find_spec(fullname)
+                finally:
+                    sys.meta_path.insert(0, self)
+                if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                    return spec
+                original = spec.loader.exec_module
+
+                def exec_module(module):
+                    original(module)
+                    module.display = display
+
+                spec.loader.exec_module = exec_module
                 return spec
-            original = spec.loader.exec_module
 
-            def exec_module(module):
-                original(module)
-                module.display = display
+        loaded = sys.modules.get(IPythonDisplay.target)
+        if loaded is not None:
+            loaded.display = display
+        else:
+            sys.meta_path.insert(0, IPythonDisplay())
 
-            spec.loader.exec_module = exec_module
-            return spec
-
-    loaded = sys.modules.get(IPythonDisplay.target)
-    if loaded is not None:
-        loaded.display = display
-    else:
-        sys.meta_path.insert(0, IPythonDisplay())
+    emit.fallback = fallback
     return emit
 
 
@@ -460,8 +464,9 @@ def _console_bridge_install(_dir_name, _want_sql):
     threading.excepthook = on_thread_error
     emit = _console_bridge_displays(os.path.join(folder, "outputs.jsonl"))
     capture_table = _console_bridge_tables(emit)
-    _console_bridge_ipython(emit, failure, lambda topic, text: record(
-        {"type": "notice", "topic": topic, "message": text}), running)
+    if not _console_bridge_ipython(emit, failure, lambda topic, text: record(
+            {"type": "notice", "topic": topic, "message": text}), running):
+        emit.fallback()
 
     class NoSQL:
         """Never used: SQL cells are not offered when SQL is off (the worker insists on a connection)."""
@@ -595,10 +600,13 @@ def python_startup_code(nonce: str, *, sql: bool, offline: bool = True, fonts: s
     DuckDB connection that Python owns (a missing duckdb withholds SQL with one notice). With
     ``offline`` (the sandbox has no network) a cell that starts an installer fails at once.
     ``fonts``: the code that shows matplotlib the session's font lists (``_vetting._font_cache``)."""
-    return compact(_PYTHON_STARTUP % {
-        "dir": repr(outcome_dir_name(nonce)),
-        "fonts": fonts,
-        "sql": "True" if sql else "False",
-        "offline": "True" if offline else "False",
-        "ipython": worker_source("_ipython"),
-    })
+    return compact(
+        _PYTHON_STARTUP
+        % {
+            "dir": repr(outcome_dir_name(nonce)),
+            "fonts": fonts,
+            "sql": "True" if sql else "False",
+            "offline": "True" if offline else "False",
+            "ipython": worker_source("_ipython"),
+        }
+    )

@@ -25,9 +25,13 @@ def compact(code: str) -> str:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                if isinstance(body[0].value.value, str):
-                    del body[0]
-                    if not body:
-                        body.append(ast.Pass())
+            first = body[0] if body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                del body[0]
+                if not body:
+                    body.append(ast.Pass())
     return ast.unparse(tree) + "\n"

@@ -63,20 +63,27 @@ def _console_bridge_ipython(
         )
         return False
     try:
-        import matplotlib_inline  # noqa: F401  (the inline backend comes with IPython's usual installs)
+        import importlib.util
+
+        # (found, not imported: importing it imports matplotlib, before the shell it must find)
+        has_inline = importlib.util.find_spec("matplotlib_inline") is not None
     except Exception:
+        has_inline = False
+    if not has_inline and os.environ.get("MPLBACKEND") == inline:
         os.environ["MPLBACKEND"] = "agg"
 
     def encoded(data: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for mime, value in data.items():
-            if isinstance(value, (bytes, bytearray)):  # noqa: UP038  (the cell venv's Python may be older)
-                binary = mime.startswith("image/") and mime != "image/svg+xml"
+            binary = mime.startswith("image/") and mime != "image/svg+xml"
+            if isinstance(value, (bytes, bytearray)):  # (a tuple: the cell venv's Python may be older)
                 value = base64.b64encode(bytes(value)).decode("ascii") if binary else bytes(value).decode()
+            elif binary and isinstance(value, str):
+                value = "".join(value.split())  # (IPython's base64 has a line break every 76 characters)
             out[str(mime)] = value
         return out
 
-    class BridgeDisplayHook(DisplayHook):  # type: ignore[misc]
+    class BridgeDisplayHook(DisplayHook):
         """The last expression's value, as ipykernel's ZMQShellDisplayHook builds it: to ``emit``."""
 
         def start_displayhook(self) -> None:
@@ -94,7 +101,7 @@ def _console_bridge_ipython(
                 emit("result", self._bundle)
             self._bundle = {}
 
-    class BridgePublisher(DisplayPublisher):  # type: ignore[misc]
+    class BridgePublisher(DisplayPublisher):
         """``display()`` and every rich output a library publishes: to ``emit``."""
 
         def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, **kwargs: Any) -> None:
@@ -104,7 +111,7 @@ def _console_bridge_ipython(
         def clear_output(self, wait: bool = False) -> None:
             pass  # (the bridge keeps every output; there is no live view to clear)
 
-    class BridgeShell(InteractiveShell):  # type: ignore[misc]
+    class BridgeShell(InteractiveShell):
         """Tracebacks go to stderr and to the outcome log, like ipykernel's error messages."""
 
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
@@ -143,17 +150,17 @@ def _console_bridge_ipython(
         name = running[0]
         return name if isinstance(name, str) else str(original_name(raw_code, transformed_code, number))
 
-    compiler.get_code_name = code_name
+    compiler.get_code_name = code_name  # type: ignore[method-assign]
     finalize = getattr(worker, "finalize_plots", None)
 
     def eval_cell(source: str, filename: str) -> None:
         running[0] = filename
-        result = shell.run_cell(source, store_history=True)
+        result = shell.run_cell(source, store_history=True)  # type: ignore[no-untyped-call]
         error = result.error_in_exec
         if isinstance(error, SystemExit):
             raise error  # (the worker ends, as with mcp-console's own evaluator)
         if callable(finalize):
             finalize()  # figures a cell left open with a backend other than the inline one
 
-    worker.eval_cell = eval_cell
+    setattr(worker, "eval_cell", eval_cell)  # noqa: B010  (mcp-console's module, looked up per cell)
     return True

@@ -9,6 +9,7 @@ import click
 
 from console_bridge._vetting._version import QUALIFIED_VERSIONS
 from console_bridge.cli._doctor import doctor_command
+from console_bridge.cli._kernel import kernel_group
 from console_bridge.cli._profiles import profiles_group
 from console_bridge.cli._recordings import recordings_group
 from console_bridge.cli._run import run_command
@@ -33,6 +34,7 @@ Examples:
   console-bridge ps
   console-bridge kill 20261130T061501-1a2b3c4d
   console-bridge serve
+  console-bridge kernel install --user
 
 Run `console-bridge COMMAND --help` for each command's options and examples.
 """
@@ -71,6 +73,7 @@ cli.add_command(ps_command)
 cli.add_command(kill_command)
 cli.add_command(top_command)
 cli.add_command(serve_command)
+cli.add_command(kernel_group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
