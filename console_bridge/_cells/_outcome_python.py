@@ -276,55 +276,7 @@ def _console_bridge_displays(path):
     return emit
 
 
-def _console_bridge_tables(emit):
-    # A SQL cell's result as a table: the worker previews a query by fetchmany() on the connection
-    # from its _fallback_show, then print()s a text grid. The rows fetched there are kept, and
-    # that print() (looked up in the worker's SQL module) shows the grid as the cell's result,
-    # with an HTML table and the rows beside it (CellResult.table).
-    import builtins, sys
-
-    pending = []
-    width = 10_000
-
-    def cell(value):
-        if value is None or isinstance(value, (bool, int, float)):
-            return value
-        text = value if isinstance(value, str) else str(value)
-        return text if len(text) <= width else text[: width - 1] + "\u2026"
-
-    def shown(value):
-        import html
-        return "NULL" if value is None else html.escape(str(value))
-
-    def framed_print(*args, **kwargs):
-        if pending and len(args) == 1 and isinstance(args[0], str) and not kwargs:
-            import html  # (imported on the first table, not at every worker start)
-            table = pending.pop()
-            head = "".join(f"<th>{html.escape(str(name))}</th>" for name in table["columns"])
-            body = "".join(
-                "<tr>" + "".join(f"<td>{shown(value)}</td>" for value in row) + "</tr>" for row in table["rows"]
-            )
-            more = "<p><i>more rows not shown</i></p>" if table["truncated"] else ""
-            page = f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}'
-            emit("result", {"text/plain": args[0], "text/html": page}, table=table)
-            return None
-        pending.clear()
-        return builtins.print(*args, **kwargs)
-
-    def capture(description, rows):
-        caller = sys._getframe(2)
-        if caller.f_code.co_name != "_fallback_show":
-            return
-        try:
-            names = [str(column[0]) for column in description or ()]
-            preview = caller.f_globals.get("_PREVIEW_ROWS", len(rows))
-            kept = [[cell(value) for value in row] for row in list(rows)[:preview]]
-        except Exception:
-            return
-        pending[:] = [{"columns": names, "rows": kept, "truncated": len(rows) > preview}]
-        caller.f_globals["print"] = framed_print
-
-    return capture
+%(tables)s
 
 
 %(ipython)s
@@ -608,5 +560,6 @@ def python_startup_code(nonce: str, *, sql: bool, offline: bool = True, fonts: s
             "sql": "True" if sql else "False",
             "offline": "True" if offline else "False",
             "ipython": worker_source("_ipython"),
+            "tables": worker_source("_tables"),
         }
     )

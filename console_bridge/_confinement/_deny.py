@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console_bridge._errors import LaunchRefused
+from console_bridge._worker._ipython import BRIDGE_CELL
 
 __all__ = [
     "HOME_SECRETS",
@@ -127,7 +128,7 @@ def probe_code(read_paths: Sequence[str], write_paths: Sequence[str]) -> str:
     (removed again at once if it worked, so a broken sandbox is not left with junk).
     """
     spec = json.dumps({"read": list(read_paths), "write": list(write_paths)})
-    return (
+    return BRIDGE_CELL + (
         "def _cb_probe(spec):\n"
         "    import json as _j, os as _o\n"
         "    got = {'readable': [], 'writable': [], 'checked': 0}\n"

@@ -25,6 +25,7 @@ from typing import Any
 from ipykernel.ipkernel import IPythonKernel
 
 from console_bridge import BridgeError, __version__
+from console_bridge._worker._ipython import BRIDGE_CELL
 from console_bridge.jupyter import ConsoleMagics
 
 __all__ = ["SandboxKernel", "split_language"]
@@ -32,14 +33,19 @@ __all__ = ["SandboxKernel", "split_language"]
 _LANGUAGE_MAGICS = {"%%sql": "sql", "%%r": "r"}
 
 #: The sandbox's IPython completes and inspects; one JSON line answers (run without history).
-_COMPLETE = """\
+_COMPLETE = (
+    BRIDGE_CELL
+    + """\
 import json as _cb_json
 _cb_ip = get_ipython()
 _cb_text, _cb_matches = _cb_ip.complete("", {line!r}, {cursor})
 print("\\ufdd5" + _cb_json.dumps([_cb_text, _cb_matches]))
 del _cb_json, _cb_ip, _cb_text, _cb_matches
 """
-_INSPECT = """\
+)
+_INSPECT = (
+    BRIDGE_CELL
+    + """\
 import json as _cb_json
 try:
     _cb_bundle = get_ipython().object_inspect_mime({name!r}, detail_level={level})
@@ -49,6 +55,7 @@ except Exception:
 print("\\ufdd5" + _cb_json.dumps(_cb_bundle, default=str))
 del _cb_json, _cb_bundle
 """
+)
 
 
 def split_language(code: str) -> tuple[str, str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console_bridge._errors import InvalidArgument
+from console_bridge import InvalidArgument
 from console_bridge._jupyter._options import OptionsError, parse_cell_line
 
 __all__ = ["DEFAULT_NAME", "InstalledKernel", "KernelSpecs"]

@@ -23,7 +23,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["_console_bridge_ipython"]
+__all__ = ["BRIDGE_CELL", "_console_bridge_ipython"]
+
+#: The first line of the bridge's own Python cells (its confinement probe, a kernel's completions): they run
+#: without history, so the first cell of the user's is ``In[1]`` and ``_`` is theirs.
+BRIDGE_CELL = "# console-bridge: the bridge's own cell\n"
 
 Emit = Callable[[str, dict[str, Any]], None]
 Failure = Callable[..., None]
@@ -141,6 +145,25 @@ def _console_bridge_ipython(
         user_module=main,
         user_ns=main.__dict__,
     )
+
+    def script(interpreter: str) -> Callable[[str, str], None]:
+        # IPython's %%bash runs the script through an asyncio event loop, whose self-pipe is a socket
+        # pair: the sandbox refuses socket(), and the cell hung. The script runs through subprocess here.
+        def magic(line: str, cell: str) -> None:
+            import shlex
+            import subprocess
+
+            argv = [interpreter, *shlex.split(line)] if interpreter else shlex.split(line)
+            done = subprocess.run(argv, input=cell, capture_output=True, text=True, check=False)
+            sys.stdout.write(done.stdout)
+            sys.stderr.write(done.stderr)
+            if done.returncode:
+                raise subprocess.CalledProcessError(done.returncode, cell)
+
+        return magic
+
+    for name, interpreter in (("bash", "bash"), ("sh", "sh"), ("script", "")):
+        shell.magics_manager.register_function(script(interpreter), "cell", name)
     compiler = shell.compile
     original_name = compiler.get_code_name
 
@@ -155,7 +178,8 @@ def _console_bridge_ipython(
 
     def eval_cell(source: str, filename: str) -> None:
         running[0] = filename
-        result = shell.run_cell(source, store_history=True)  # type: ignore[no-untyped-call]
+        mine = source.startswith("# console-bridge: the bridge's own cell\n")  # (BRIDGE_CELL, spelled out here)
+        result = shell.run_cell(source, store_history=not mine)  # type: ignore[no-untyped-call]
         error = result.error_in_exec
         if isinstance(error, SystemExit):
             raise error  # (the worker ends, as with mcp-console's own evaluator)
