@@ -120,10 +120,14 @@ def _console_bridge_ipython(
 
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
             text = self.InteractiveTB.stb2text(stb)
-            sys.stdout.flush()
-            sys.stderr.write(text + "\n")
-            sys.stderr.flush()
-            failure("python", evalue, text=text)
+            failure("python", evalue, text=text)  # (first: a cell may have broken its streams)
+            try:
+                sys.stdout.flush()
+                sys.stderr.write(text + "\n")
+                sys.stderr.flush()
+            except Exception:
+                if sys.__stderr__ is not None:
+                    sys.__stderr__.write(text + "\n")
 
         def enable_gui(self, gui: Any = None) -> None:
             if gui not in (None, "inline"):
@@ -164,6 +168,9 @@ def _console_bridge_ipython(
 
     for name, interpreter in (("bash", "bash"), ("sh", "sh"), ("script", "")):
         shell.magics_manager.register_function(script(interpreter), "cell", name)
+    # Line numbers stay the source's (a file `run` sends, a notebook cell): IPython drops leading blank lines.
+    cleanups = shell.input_transformer_manager.cleanup_transforms
+    cleanups[:] = [step for step in cleanups if getattr(step, "__name__", "") != "leading_empty_lines"]
     compiler = shell.compile
     original_name = compiler.get_code_name
 

@@ -5,6 +5,10 @@ output: ``File "<mcp-console:python:e4>", line 3, in <module>`` becomes ``File "
 <module>``. The line numbers are already the file's (a notebook's cells keep theirs, see
 ``_run_notebook``).
 
+IPython in the worker (issue 47) labels a cell by its execution count instead: ``Cell In[4], line 3``
+becomes ``File "three.py", line 3``. Each Python file is one cell of a fresh session's history, so
+``In[k]`` is the k-th Python file.
+
 Which N is which file is learnt from the output itself: only the running cell's module code can be on
 the stack, so a ``<module>`` frame (or a syntax error's location, which has no function) names the
 running cell; every Python cell of the run is one file, sent in order, so the earlier files are the
@@ -23,6 +27,10 @@ __all__ = ["CellNames"]
 
 _FRAME = re.compile(r'^\s*File "<mcp-console:python:e(?P<n>\d+)>", line \d+(?:, in (?P<fn>.*))?$')
 _TOKEN = re.compile(r"<mcp-console:python:e(\d+)>")
+#: a syntax error's message names the running cell: ``incomplete input (<mcp-console:python:e3>, line 2)``
+_SYNTAX = re.compile(r"\(<mcp-console:python:e(?P<n>\d+)>, line \d+\)")
+_CELL = re.compile(r"Cell In\[(\d+)\], line (\d+)")
+_CELL_START = "Cell In["
 _NAME_START = "<mcp-console:python:e"
 _FRAME_START = '  File "<mcp-console:python:e'
 
@@ -59,13 +67,24 @@ class CellNames:
         index = None if self._first is None else int(match[1]) - self._first
         return self._files[index] if index is not None and 0 <= index < len(self._files) else match[0]
 
+    def _cell(self, match: re.Match[str]) -> str:
+        index = int(match[1]) - 1
+        if not 0 <= index < len(self._files):
+            return match[0]
+        return f'File "{self._files[index]}", line {match[2]}'
+
     def text(self, text: str) -> str:
         """``text`` (a whole output, a traceback, a message) with the cells' names replaced by their files'."""
+        if self._files and _CELL_START in text:
+            text = _CELL.sub(self._cell, text)
         if "<mcp-console:python:e" not in text or not self._files:
             return text
         for line in text.splitlines():
             if "File" in line:
                 self._learn(line)
+        syntax = _SYNTAX.search(text)
+        if syntax is not None and int(syntax["n"]) - (len(self._files) - 1) >= 1:
+            self._first = int(syntax["n"]) - (len(self._files) - 1)
         return _TOKEN.sub(self._name, text)
 
     def stream(self, chunk: str) -> str:
@@ -74,7 +93,7 @@ class CellNames:
         text, self._carry = self._carry + chunk, ""
         line_start = text.rfind("\n") + 1
         rest = text[line_start:]
-        if rest and (rest.startswith(_FRAME_START) or _FRAME_START.startswith(rest)):
+        if rest and any(rest.startswith(start) or start.startswith(rest) for start in (_FRAME_START, _CELL_START)):
             cut = line_start
         else:
             cut = text.rfind("<")

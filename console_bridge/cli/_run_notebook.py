@@ -3,8 +3,9 @@
 Each code cell is one cell of the session, in order: Python, or the language its ``%%console``
 line names (``%%console sql``, ``%%console r``: how ``Recordings().export(format="ipynb")``
 and the magics mark them; the options on that line are the run's to set, not the notebook's, and
-are ignored). ``%load_ext console_bridge`` lines are skipped; any other magic is refused before
-anything starts (``run`` has no kernel to run it). ``-p NAME VALUE`` sets papermill-style
+are ignored), or ``%%sql`` and ``%%R`` as the sandboxed kernel reads them. ``%load_ext console_bridge``
+lines are skipped; other magics and ``!`` lines run inside the sandbox, through its IPython.
+``-p NAME VALUE`` sets papermill-style
 parameters: a cell tagged ``injected-parameters`` is added after the one tagged ``parameters``
 (first, when none is), each value a Python literal when it parses as one, else a string. After
 the session the notebook is written to ``--artifacts`` with each executed cell's outputs (nbformat's
@@ -32,30 +33,23 @@ nbformat: Any = _nbformat  # (untyped)
 NOTEBOOK_SUFFIX = ".ipynb"
 _LANGUAGES = ("python", "sql", "r")
 _SKIPPED_MAGICS = ("%load_ext", "%reload_ext")
+#: cells in another language, as the sandboxed kernel marks them
+_LANGUAGE_MAGICS = {"%%sql": "sql", "%%r": "r"}
 
 
 def _cell_code(source: str, default: str, where: str) -> tuple[str, str] | None:
-    """(language, code) of a code cell, or None for a cell with nothing to run."""
+    """(language, code) of a code cell, or None for a cell with nothing to run. Magics and ``!`` lines
+    stay in the code: the sandbox's IPython runs them (issue 47), as the sandboxed kernel does."""
     lines = source.splitlines()
     language = default
-    if lines and lines[0].lstrip().startswith("%%"):
-        words = lines[0].split()
-        if words[0] != "%%console":
-            raise click.UsageError(f"{where} is a {words[0]} cell; `run` executes %%console and plain code cells only")
-        language = words[1] if len(words) > 1 and words[1] in _LANGUAGES else "python"
+    first = lines[0].split() if lines else []
+    if first and first[0] == "%%console":
+        language = first[1] if len(first) > 1 and first[1] in _LANGUAGES else "python"
         lines = ["", *lines[1:]]  # (a blank line for each line left out: tracebacks keep the cell's numbers)
-    kept: list[str] = []
-    for line in lines:
-        stripped = line.strip()
-        if stripped.startswith(_SKIPPED_MAGICS) and "console_bridge" in stripped:
-            kept.append("")
-            continue
-        if language == "python" and (stripped.startswith(("%", "!")) and not stripped.startswith("%%")):
-            raise click.UsageError(
-                f"{where} uses {stripped.split()[0]!r}, which `run` cannot execute (no kernel); move that step into "
-                "the run's options (--collect, a workspace file) or into code"
-            )
-        kept.append(line)
+    elif first and first[0].lower() in _LANGUAGE_MAGICS:
+        language = _LANGUAGE_MAGICS[first[0].lower()]
+        lines = ["", *lines[1:]]
+    kept = ["" if line.strip().startswith(_SKIPPED_MAGICS) and "console_bridge" in line else line for line in lines]
     code = "\n".join(kept)
     return (language, code + "\n") if code.strip() else None
 

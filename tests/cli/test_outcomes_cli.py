@@ -165,10 +165,10 @@ def test_tracebacks_name_the_files_and_their_lines(cb: Runner, tmp_path: Path) -
     write(tmp_path, "three.py", "\n\nf2()\n")
     proc = cb("run", "--recordings-dir", "recs", "--artifacts", "out", "one.py", "q.sql", "two.py", "three.py")
     assert proc.returncode == 1, proc.stderr
-    expected = [
-        'File "three.py", line 3, in <module>',
-        'File "two.py", line 3, in f2',
-        'File "one.py", line 2, in f1',
+    expected = [  # (IPython's frames: the module's has no function, a function's has its parentheses)
+        'File "three.py", line 3',
+        'File "two.py", line 3, in f2()',
+        'File "one.py", line 2, in f1()',
     ]
     traceback = json.loads((tmp_path / "out" / "report.json").read_text())["files"][-1]["failure"]["traceback"]
     output = (tmp_path / "out" / "output.txt").read_text()
