@@ -52,10 +52,10 @@ async def test_outputs_are_mime_bundles_in_order(mcp_console, workspace, recordi
         # Bundles of text alone travel in the frame (no record): kind and text exactly as a record has them
         code = "class A:\n    def __repr__(self):\n        return 'two\\nlines\\n'\ndisplay(A())\ndisplay(7)\nA()"
         texts = await console.run(python=code)
-        assert [(o.kind, o.data) for o in texts.outputs] == [
-            ("display", {"text/plain": "two\nlines\n"}),
+        assert [(o.kind, o.data) for o in texts.outputs] == [  # (IPython's formatter, as Jupyter shows them)
+            ("display", {"text/plain": "two\nlines"}),
             ("display", {"text/plain": "7"}),
-            ("result", {"text/plain": "two\nlines\n"}),
+            ("result", {"text/plain": "two\nlines"}),
         ]
         assert texts.text == "two\nlines\n7\ntwo\nlines\n"
 

@@ -16,8 +16,8 @@ async def test_a_traceback_shows_the_cells_lines_and_no_machinery(mcp_console, w
         result = await console.run(python="import warnings\nwarnings.warn('careful')\ny = 3\nhalve(y - 3)")
         assert result.error is not None and result.error.name == "ZeroDivisionError"
         for shown in (result.stderr, result.error.traceback):
-            assert "    halve(y - 3)\n" in shown, shown  # this cell's line
-            assert "    return 1 / x\n" in shown, shown  # the earlier cell's line
+            assert "----> 4 halve(y - 3)\n" in shown and "Cell In[2], line 4" in shown, shown  # this cell's line
+            assert "----> 2     return 1 / x\n" in shown and "Cell In[1], line 2" in shown, shown  # the earlier's
             assert "_mcp_console" not in shown and "<string>" not in shown and "<console startup>" not in shown
         assert "warnings.warn('careful')" in result.stderr  # warnings read the same source
         assert result.text == ""

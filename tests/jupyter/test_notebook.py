@@ -92,7 +92,7 @@ def test_a_failing_console_cell_stops_the_notebook_there(tmp_path: Path) -> None
     shown = [out for out in outputs[5] if out["output_type"] == "stream"]
     assert [out["name"] for out in shown] == ["stderr"]
     assert shown[0]["text"].count("Traceback (most recent call last)") == 1
-    assert "    raise ValueError('the notebook stops here')\n" in shown[0]["text"]  # the cell's own line
+    assert "----> 1 raise ValueError('the notebook stops here')\n" in shown[0]["text"]  # the cell's own line
     assert "_mcp_console" not in shown[0]["text"]
     assert outputs[6] == []  # the cell after the failure never ran
     # Nothing the kernel's session started survives the kernel's shutdown.

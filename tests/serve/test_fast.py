@@ -174,8 +174,10 @@ async def test_stdio_fast_send_keeps_every_guarantee_of_the_sdk_path(tmp_path: P
 
 
 def same(result: dict[str, Any]) -> str:
-    """A result with the cell's own counter (``<mcp-console:python:e4>`` in a traceback) left out."""
-    return re.sub(r"<mcp-console:(\w+):e\d+>", r"<mcp-console:\1>", json.dumps(result, sort_keys=True))
+    """A result with the cell's own counter (``<mcp-console:python:e4>``, IPython's ``Cell In[4]`` in a
+    traceback) left out."""
+    text = re.sub(r"<mcp-console:(\w+):e\d+>", r"<mcp-console:\1>", json.dumps(result, sort_keys=True))
+    return re.sub(r"Cell In\[\d+\]", "Cell In[n]", text)
 
 
 def audited(audit: Path, owner: str = "mcp-stdio") -> int:
