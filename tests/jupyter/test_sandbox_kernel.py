@@ -1,0 +1,97 @@
+"""The sandboxed kernel (issue 47): installed by `console-bridge kernel install`, found by name by
+jupyter_client and nbclient; cells of Python, %%sql and %%R share one sandboxed session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.support.cli import cli_path
+
+pytestmark = pytest.mark.console
+
+
+@pytest.fixture(scope="module")
+def kernel_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    prefix = tmp_path_factory.mktemp("jupyter-prefix")
+    done = subprocess.run(
+        [cli_path(), "kernel", "install", "--prefix", str(prefix), "--name", "cb-test"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return prefix
+
+
+def _env(prefix: Path) -> dict[str, str]:
+    return {**os.environ, "JUPYTER_PATH": str(prefix / "share" / "jupyter")}
+
+
+def test_install_list_and_remove(tmp_path: Path) -> None:
+    env = {**os.environ, "JUPYTER_PATH": str(tmp_path / "share" / "jupyter")}
+
+    def cb(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [cli_path(), "kernel", *args], capture_output=True, text=True, timeout=60, env=env, check=False
+        )
+
+    installed = cb("install", "--prefix", str(tmp_path), "--name", "cb-one", "--profile", "workspace")
+    assert installed.returncode == 0, installed.stderr
+    spec = json.loads((tmp_path / "share/jupyter/kernels/cb-one/kernel.json").read_text())
+    assert spec["argv"][1:3] == ["-m", "console_bridge._kernel"] and spec["argv"][-2:] == ["--profile", "workspace"]
+    listed = subprocess.run(
+        [sys.executable, "-m", "jupyter_client.kernelspecapp", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert "cb-one" in listed.stdout + cb("list").stdout
+    bad = cb("install", "--prefix", str(tmp_path), "--name", "cb-two", "--processes", "lots")
+    assert bad.returncode != 0 and "lots" in bad.stderr and not (tmp_path / "share/jupyter/kernels/cb-two").exists()
+    assert cb("remove", "cb-one").returncode == 0 and "cb-one" not in cb("list").stdout
+    refused = cb("remove", "python3")
+    assert refused.returncode != 0 and "no console-bridge kernel is named 'python3'" in refused.stderr
+
+
+def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
+    kernel_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_PATH", str(kernel_prefix / "share" / "jupyter"))
+    secret = tmp_path / "written-by-a-cell"
+    notebook = nbformat.v4.new_notebook()
+    sources = [
+        "x = 21\nx * 2",
+        "x * 2;",
+        "%%sql\nselect 42 as answer",
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2]);",
+        f"!echo planted > {secret} || echo refused",
+        f"import os\nos.getpid() != {os.getpid()}",
+        "1 / 0",
+    ]
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    client = NotebookClient(
+        notebook, kernel_name="cb-test", timeout=90, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
+    outputs = [cell.outputs for cell in notebook.cells]
+    assert [cell.execution_count for cell in notebook.cells] == [1, 2, 3, 4, 5, 6, 7]
+    assert outputs[0][0]["output_type"] == "execute_result" and outputs[0][0]["data"]["text/plain"] == "42"
+    assert outputs[1] == []  # ';' hides the value
+    assert outputs[2][0]["data"]["text/plain"] == "answer\n------\n42" and "text/html" in outputs[2][0]["data"]
+    assert outputs[3][0]["output_type"] == "display_data" and "image/png" in outputs[3][0]["data"]
+    assert not secret.exists() and "refused" in outputs[4][0]["text"]  # a `!` line ran in the sandbox
+    assert outputs[5][0]["data"]["text/plain"] == "True"
+    error = outputs[6][-1]
+    assert error["output_type"] == "error" and error["ename"] == "ZeroDivisionError", outputs[6]
+    assert any("Cell In[" in line for line in error["traceback"])
