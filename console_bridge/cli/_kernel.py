@@ -54,7 +54,13 @@ _SESSION_OPTIONS = ("profile", "python", "languages", "memory", "processes", "cp
 def install_command(
     where: str, prefix: str | None, name: str, display_name: str, read_roots: tuple[str, ...], **session: str | None
 ) -> None:
-    """Install the kernel's spec, so Jupyter tools find it by name."""
+    """Install the kernel's spec, so Jupyter tools find it by name.
+
+    \b
+    Examples:
+      console-bridge kernel install --user
+      console-bridge kernel install --sys-prefix --name cb-write --profile workspace
+    """
     options: list[str] = []
     for key in _SESSION_OPTIONS:
         value = session.get(key)
@@ -77,7 +83,12 @@ def install_command(
 
 @kernel_group.command("list")
 def list_command() -> None:
-    """The sandboxed kernels Jupyter finds (name, folder, session options)."""
+    """The sandboxed kernels Jupyter finds (name, folder, session options).
+
+    \b
+    Examples:
+      console-bridge kernel list
+    """
     kernels = KernelSpecs().list()
     if not kernels:
         click.echo("no console-bridge kernel is installed; `console-bridge kernel install --user` installs one")
@@ -90,7 +101,12 @@ def list_command() -> None:
 @kernel_group.command("remove")
 @click.argument("name")
 def remove_command(name: str) -> None:
-    """Remove the sandboxed kernel NAME."""
+    """Remove the sandboxed kernel NAME.
+
+    \b
+    Examples:
+      console-bridge kernel remove cb-write
+    """
     try:
         path = KernelSpecs().remove(name)
     except BridgeError as exc:
