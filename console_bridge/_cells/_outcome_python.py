@@ -417,7 +417,7 @@ def _console_bridge_install(_dir_name, _want_sql):
     emit = _console_bridge_displays(os.path.join(folder, "outputs.jsonl"))
     capture_table = _console_bridge_tables(emit)
     if not _console_bridge_ipython(emit, failure, lambda topic, text: record(
-            {"type": "notice", "topic": topic, "message": text}), running):
+            {"type": "notice", "topic": topic, "message": text}), running, folder):
         emit.fallback()
 
     class NoSQL:

@@ -38,14 +38,16 @@ def _console_bridge_ipython(
     failure: Failure,
     notice: Callable[[str, str], None],
     running: list[Any],
+    folder: str,
 ) -> bool:
-    """Install the shell; false (and a notice) when IPython cannot be imported in this venv."""
+    """Install the shell; false (and a notice) when IPython cannot be imported in this venv. ``folder``: the
+    bridge's private folder in the TMPDIR (IPython's own folder goes there, not among the cell's files)."""
     worker = sys.modules.get("_mcp_console")
     if worker is None or not callable(getattr(worker, "eval_cell", None)):
         notice("python", "console-bridge found no evaluator to hand to IPython in this mcp-console's worker")
         return False
-    home = os.path.join(os.environ.get("TMPDIR") or "/tmp", ".ipython")
-    os.environ.setdefault("IPYTHONDIR", home)  # (the user's ~/.ipython is not writable, nor theirs to share)
+    # (the user's ~/.ipython is neither writable nor theirs to share with a sandbox)
+    os.environ.setdefault("IPYTHONDIR", os.path.join(folder, "ipython"))
     inline = "module://matplotlib_inline.backend_inline"
     if os.environ.get("MPLBACKEND", "agg").lower() == "agg":  # (mcp-console's choice: headless)
         os.environ["MPLBACKEND"] = inline  # figures shown by IPython's display formatter, as ipykernel does
@@ -118,6 +120,10 @@ def _console_bridge_ipython(
     class BridgeShell(InteractiveShell):
         """Tracebacks go to stderr and to the outcome log, like ipykernel's error messages."""
 
+        def showtraceback(self, *args: Any, **kwargs: Any) -> None:
+            if not isinstance(sys.exc_info()[1], SystemExit):  # (eval_cell ends the worker instead)
+                super().showtraceback(*args, **kwargs)
+
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
             text = self.InteractiveTB.stb2text(stb)
             failure("python", evalue, text=text)  # (first: a cell may have broken its streams)
@@ -136,6 +142,9 @@ def _console_bridge_ipython(
                     "%matplotlib inline (the default: figures are shown as images)"
                 )
 
+    import warnings
+
+    warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.", category=UserWarning)
     config = Config()
     config.HistoryManager.enabled = False  # (no SQLite history file in the sandbox)
     config.InteractiveShell.colors = "nocolor"
@@ -183,13 +192,16 @@ def _console_bridge_ipython(
     compiler.get_code_name = code_name  # type: ignore[method-assign]
     finalize = getattr(worker, "finalize_plots", None)
 
+    streams = (sys.stdout, sys.stderr)
+
     def eval_cell(source: str, filename: str) -> None:
         running[0] = filename
+        if sys.stdout is None or sys.stderr is None:  # a cell set them to None: IPython could run nothing after
+            sys.stdout, sys.stderr = sys.stdout or streams[0], sys.stderr or streams[1]
         mine = source.startswith("# console-bridge: the bridge's own cell\n")  # (BRIDGE_CELL, spelled out here)
         result = shell.run_cell(source, store_history=not mine)  # type: ignore[no-untyped-call]
-        error = result.error_in_exec
-        if isinstance(error, SystemExit):
-            raise error  # (the worker ends, as with mcp-console's own evaluator)
+        if isinstance(result.error_in_exec, SystemExit):
+            raise result.error_in_exec  # (the worker ends, as with mcp-console's own evaluator)
         if callable(finalize):
             finalize()  # figures a cell left open with a backend other than the inline one
 

@@ -12,6 +12,9 @@ import pytest
 from console_bridge import AsyncConsole
 from console_bridge._console import _worker_boot
 
+#: the worker's backend: IPython's inline one, as ipykernel's (the venv has IPython and matplotlib-inline)
+_BACKEND = "module://matplotlib_inline.backend_inline"
+
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
 
 _SEEN = """
@@ -45,7 +48,7 @@ async def _check_session(workspace: Path, binary: Path, recordings: Path) -> Non
         assert lines[:3] == ["1 True", "True", "False"], seen.text
         assert lines[3].startswith("refused"), seen.text
         imported = await console.run(python=_IMPORT)
-        assert imported.error is None and imported.text.strip().lower() == "agg", imported.combined
+        assert imported.error is None and imported.text.strip().lower() == _BACKEND, imported.combined
         assert "building the font cache" not in imported.combined, imported.combined
 
 
@@ -94,4 +97,4 @@ async def test_a_failed_build_costs_only_speed(
         seen = await console.run(python=_SEEN)
         assert seen.text.splitlines()[0] == "0 True", seen.text
         imported = await console.run(python=_IMPORT)
-        assert imported.error is None and imported.text.strip().lower() == "agg", imported.combined
+        assert imported.error is None and imported.text.strip().lower() == _BACKEND, imported.combined
