@@ -426,7 +426,11 @@ class ConsoleMagics(TransferMagics):
             else:
                 shown.append(chunk.text)
             for output in chunk.outputs:
-                if output.kind == "result":
+                if output.kind == "result" and self.as_kernel:
+                    out.flush()
+                    err.flush()
+                    self.shell.displayhook(_Value(output))  # where the sandbox showed it, before later figures
+                elif output.kind == "result":
                     final.append(output)  # the cell's value: this cell's execute_result
                 else:
                     out.flush()

@@ -53,6 +53,20 @@ def nb_outputs(result: CellResult, count: int) -> list[dict[str, Any]]:
 
     shown = iter(result.outputs)
     segments = result.segments or (("stdout", result.text), ("stderr", result.stderr))
+    error = result.error
+    trace = error.traceback.strip() if error is not None else ""
+    moved = False
+    if trace:
+        # The traceback the cell printed on stderr is the error output's, as Jupyter shows it: once, there.
+        kept = []
+        for name, text in segments:
+            if not moved and name == "stderr" and trace in text:
+                text, moved = text.replace(trace, "", 1).strip("\n"), True
+                if not text:
+                    continue
+                text += "\n"
+            kept.append((name, text))
+        segments = tuple(kept)
     for name, text in segments:
         if name == "display":
             output = next(shown, None)
@@ -63,11 +77,9 @@ def nb_outputs(result: CellResult, count: int) -> list[dict[str, Any]]:
         else:
             stream(name, text)
     outputs.extend(_bundle(output, count) for output in shown)  # the plots, after the text
-    error = result.error
     if error is not None:
-        # The traceback is shown once: as the cell printed it (stderr), else here.
-        trace = error.traceback.strip()
-        lines = [] if trace and trace in result.combined else trace.splitlines()
+        # The traceback is shown once: here, or as the cell printed it when it is not the whole of it.
+        lines = [] if not moved and trace and trace in result.combined else trace.splitlines()
         outputs.append({"output_type": "error", "ename": error.name, "evalue": error.message, "traceback": lines})
     return outputs
 

@@ -177,6 +177,14 @@ def _console_bridge_ipython(
 
     for name, interpreter in (("bash", "bash"), ("sh", "sh"), ("script", "")):
         shell.magics_manager.register_function(script(interpreter), "cell", name)
+    # mcp-console 0.0.6 widens numpy's and pandas' text to 200 columns and puts its own pyplot.show() in
+    # place as each is imported (for a model reading text); a notebook shows them as ipykernel does.
+    for finder in sys.meta_path:
+        pending = getattr(finder, "_pending", None)
+        if type(finder).__name__ == "_McpConsoleModuleDefaults" and isinstance(pending, set):
+            pending.difference_update({"numpy", "pandas"})
+            if os.environ.get("MPLBACKEND") == inline:
+                pending.discard("matplotlib.pyplot")
     # Line numbers stay the source's (a file `run` sends, a notebook cell): IPython drops leading blank lines.
     cleanups = shell.input_transformer_manager.cleanup_transforms
     cleanups[:] = [step for step in cleanups if getattr(step, "__name__", "") != "leading_empty_lines"]
