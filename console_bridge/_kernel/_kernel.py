@@ -149,7 +149,10 @@ class SandboxKernel(IPythonKernel):
             return None
         for line in result.text.splitlines():
             if line.startswith("\ufdd5"):
-                return json.loads(line[1:])
+                try:
+                    return json.loads(line[1:])
+                except ValueError:
+                    return None  # (cells control what the sandbox prints: junk is no answer)
         return None
 
     async def do_complete(self, code: str, cursor_pos: int | None) -> dict[str, Any]:
@@ -184,8 +187,13 @@ class SandboxKernel(IPythonKernel):
         self._opened()
         name = token_at_cursor(code, cursor_pos)
         answer = self._ask_sandbox(_INSPECT.format(name=name, level=int(detail_level)))
-        found = isinstance(answer, dict)
-        return {"status": "ok", "found": found, "data": answer if found else {}, "metadata": {}}
+        # Plain text only: a cell may have replaced the sandbox's inspector, and the frontend renders HTML.
+        data = (
+            {"text/plain": answer["text/plain"]}
+            if isinstance(answer, dict) and isinstance(answer.get("text/plain"), str)
+            else {}
+        )
+        return {"status": "ok", "found": bool(data), "data": data, "metadata": {}}
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         self._opened()

@@ -135,6 +135,10 @@ def _console_bridge_ipython(
                 if sys.__stderr__ is not None:
                     sys.__stderr__.write(text + "\n")
 
+        def show_usage_error(self, exc: BaseException) -> None:
+            failure("python", exc, text=f"UsageError: {exc}")  # (a failed cell, as in Jupyter)
+            super().show_usage_error(exc)  # type: ignore[no-untyped-call]
+
         def enable_gui(self, gui: Any = None) -> None:
             if gui not in (None, "inline"):
                 raise RuntimeError(
@@ -150,6 +154,7 @@ def _console_bridge_ipython(
     config.InteractiveShell.colors = "nocolor"
     config.InteractiveShell.xmode = "Context"
     config.InteractiveShell.autocall = 0
+    config.IPCompleter.use_jedi = False  # (jedi finds nothing in the sandbox; IPython's own completer does)
     main = sys.modules["__main__"]
     shell = BridgeShell.instance(
         config=config,

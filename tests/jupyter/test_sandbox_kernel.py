@@ -78,6 +78,10 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
         f"!echo planted > {secret} || echo refused",
         f"import os\nos.getpid() != {os.getpid()}",
         "1 / 0",
+        # the attack: a cell that asks for a wider session or runs a host magic gets the sandbox's IPython only
+        f"%%console --profile workspace\nopen({str(secret)!r}, 'w')",
+        f"%console_put {secret}",
+        "!touch written-by-a-shell-line",
     ]
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
     client = NotebookClient(
@@ -85,7 +89,7 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
     )
     client.execute()
     outputs = [cell.outputs for cell in notebook.cells]
-    assert [cell.execution_count for cell in notebook.cells] == [1, 2, 3, 4, 5, 6, 7]
+    assert [cell.execution_count for cell in notebook.cells] == list(range(1, 11))
     assert outputs[0][0]["output_type"] == "execute_result" and outputs[0][0]["data"]["text/plain"] == "42"
     assert outputs[1] == []  # ';' hides the value
     assert outputs[2][0]["data"]["text/plain"] == "answer\n------\n42" and "text/html" in outputs[2][0]["data"]
@@ -95,3 +99,31 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
     error = outputs[6][-1]
     assert error["output_type"] == "error" and error["ename"] == "ZeroDivisionError", outputs[6]
     assert any("Cell In[" in line for line in error["traceback"])
+    assert outputs[7][-1]["ename"] == "UsageError" and outputs[8][-1]["ename"] == "UsageError", outputs[7:9]
+    assert not secret.exists() and not (tmp_path / "written-by-a-shell-line").exists()
+
+
+def test_completion_and_inspection_ask_the_sandbox_and_show_plain_text(
+    kernel_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_client.manager import start_new_kernel
+
+    monkeypatch.setenv("JUPYTER_PATH", str(kernel_prefix / "share" / "jupyter"))
+    manager, client = start_new_kernel(kernel_name="cb-test", cwd=str(tmp_path))
+    try:
+        client.execute_interactive("sandbox_only_name = 42", timeout=90)
+        reply = client.complete("sandbox_only_na", reply=True, timeout=60)["content"]
+        assert "sandbox_only_name" in reply["matches"], reply
+        inspected = client.inspect("sandbox_only_name", reply=True, timeout=60)["content"]
+        assert inspected["found"] and "int" in inspected["data"]["text/plain"], inspected
+        client.execute_interactive(
+            "get_ipython().object_inspect_mime = "
+            "lambda *a, **k: {'text/html': '<script>x</script>', 'text/plain': 'p'}",
+            timeout=60,
+        )
+        hostile = client.inspect("sandbox_only_name", reply=True, timeout=60)["content"]
+        assert hostile["data"] == {"text/plain": "p"}, hostile  # no HTML reaches the frontend
+        assert client.execute_interactive("sandbox_only_name + 1", timeout=60)["content"]["status"] == "ok"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel()
