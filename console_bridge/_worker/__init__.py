@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import threading
 from importlib import resources
 
 __all__ = ["compact", "worker_source"]
@@ -17,10 +18,19 @@ def worker_source(module: str) -> str:
     return resources.files(__name__).joinpath(f"{module}.py").read_text(encoding="utf-8")
 
 
+_AST_LOCK = threading.Lock()
+
+
 def compact(code: str) -> str:
     """``code`` without its comments and docstrings (``ast.unparse``): mcp-console takes at most 32 KiB
     of startup code (``startup encoded source is N bytes; maximum is 32768 bytes``), and what the worker
-    runs needs none of the prose that explains it here."""
+    runs needs none of the prose that explains it here. One thread at a time: CPython 3.11's ``ast`` raised
+    ``SystemError: AST constructor recursion depth mismatch`` for sessions started from several threads."""
+    with _AST_LOCK:
+        return _compact(code)
+
+
+def _compact(code: str) -> str:
     tree = ast.parse(code)
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
