@@ -44,4 +44,10 @@ def _compact(code: str) -> str:
                 del body[0]
                 if not body:
                     body.append(ast.Pass())
-    return ast.unparse(tree) + "\n"
+    # One space per level instead of four (unparsed code has no multi-line strings: each line's leading
+    # spaces are its indentation).
+    lines = []
+    for line in ast.unparse(tree).splitlines():
+        text = line.lstrip(" ")
+        lines.append(" " * ((len(line) - len(text)) // 4) + text)
+    return "\n".join(lines) + "\n"

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BRIDGE_CELL", "_console_bridge_ipython"]
+__all__ = ["BRIDGE_CELL", "_console_bridge_ipython", "sandbox_hint"]
 
 #: The first line of the bridge's own Python cells (its confinement probe, a kernel's completions): they run
 #: without history, so the first cell of the user's is ``In[1]`` and ``_`` is theirs.
@@ -31,6 +31,44 @@ BRIDGE_CELL = "# console-bridge: the bridge's own cell\n"
 
 Emit = Callable[[str, dict[str, Any]], None]
 Failure = Callable[..., None]
+
+
+def sandbox_hint(error: BaseException) -> str:
+    """What the sandbox had to do with ``error``, and the fix, when it had anything to do with it ("")."""
+    import errno
+
+    number = getattr(error, "errno", None)
+    if isinstance(error, ModuleNotFoundError):
+        return (
+            f"console-bridge: the cell ran in {sys.prefix}, which has no {error.name!r}; the sandbox has no "
+            "network to install it: install it in that venv on the host, or start the session with another "
+            "venv (python=..., --python VENV)"
+        )
+    if isinstance(error, OSError) and number == errno.EROFS:
+        return (
+            "console-bridge: the sandbox shows this place read-only; cells write to $TMPDIR "
+            f"({os.environ.get('TMPDIR', '?')}), and the workspace with profile='workspace' (--profile workspace); "
+            "files come back with get_file() or `run --collect`"
+        )
+    if _from_socket(error):
+        return "console-bridge: the sandbox has no network (every socket is refused); read data from files instead"
+    return ""
+
+
+def _from_socket(error: BaseException | None) -> bool:
+    """Whether ``error``, or one it was raised from or while handling, came out of the socket module."""
+    seen = 0
+    while error is not None and seen < 20:
+        seen += 1
+        if type(error).__module__ == "socket":
+            return True
+        tb = error.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename.endswith("socket.py"):
+                return True
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _console_bridge_ipython(
@@ -126,6 +164,9 @@ def _console_bridge_ipython(
 
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
             text = self.InteractiveTB.stb2text(stb)
+            hint = sandbox_hint(evalue)
+            if hint:
+                text += "\n\n" + hint
             failure("python", evalue, text=text)  # (first: a cell may have broken its streams)
             try:
                 sys.stdout.flush()

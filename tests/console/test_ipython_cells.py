@@ -92,3 +92,19 @@ def test_without_ipython_cells_run_as_before_with_a_notice(tmp_path: Path) -> No
         assert failed.error is not None and failed.error.name == "ZeroDivisionError"
         notices = console.status().extra["notices"]
         assert any("without IPython" in notice and "pip install ipython" in notice for notice in notices), notices
+
+
+async def test_errors_the_sandbox_causes_say_so(mcp_console, workspace, recordings):
+    _, binary = mcp_console
+    async with AsyncConsole(workspace, command=binary, recordings_dir=recordings) as console:
+        written = await console.run(python=f"open({str(workspace / 'out.csv')!r}, 'w')")
+        assert written.error is not None and written.error.name == "OSError", written.error
+        assert "console-bridge: the sandbox shows this place read-only" in written.error.traceback
+        assert "--profile workspace" in written.stderr  # shown where the cell's traceback is
+        net = await console.run(python="import socket\nsocket.create_connection(('127.0.0.1', 9))")
+        assert net.error is not None and "the sandbox has no network" in net.error.traceback, net.error
+        missing = await console.run(python="import no_such_module_anywhere")
+        assert missing.error is not None and missing.error.name == "ModuleNotFoundError"
+        assert "which has no 'no_such_module_anywhere'" in missing.error.traceback
+        plain = await console.run(python="raise ValueError('mine')")
+        assert plain.error is not None and "console-bridge:" not in plain.error.traceback  # no hint where none fits
