@@ -20,10 +20,14 @@ if [ -n "$lib" ] && [ ! -e "$lib" ]; then
 fi
 
 # The project and its test tools, in .venv (also the worker environment of the console).
+step=$(date +%s)
+echo "setup-dev: .venv: console-bridge with its test tools, mcp-console 0.0.6, IPython, pandas, matplotlib (a few minutes the first time)"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
+echo "setup-dev: .venv ready ($(( $(date +%s) - step ))s)"
 
 # The second qualified mcp-console version, in its own environment (the binaries share a name).
+echo "setup-dev: .venv-mcp-console-0.0.5: the other qualified mcp-console"
 [ -x .venv-mcp-console-0.0.5/bin/python ] || "$PY" -m venv .venv-mcp-console-0.0.5
 .venv-mcp-console-0.0.5/bin/python -m pip install -q "mcp-console==0.0.5"
