@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import psutil
 
-from console_bridge._cells._notebook import CellLog
+from console_bridge._cells._notebook import MAX_RECORD, CellLog
 from console_bridge._cells._notices import BEING_POLLED, BUSY
 from console_bridge._cells._observe import CellObserver, is_restart_notice_only, merge, reword_restart
 from console_bridge._cells._recordings import Recording
@@ -23,6 +23,7 @@ from console_bridge._connection._async import AsyncMcpConnection
 from console_bridge._console._session_files import SessionFiles
 from console_bridge._console._status import LANGUAGES, SERVER
 from console_bridge._console._usage import CellMeter
+from console_bridge._console._whole_output import complete
 from console_bridge._console._worker_boot import WorkerBoot
 from console_bridge._errors import Busy, ConnectionClosed, ServerError
 from console_bridge._results import CellResult
@@ -222,7 +223,9 @@ class CallPath:
             self._cell = None
             recording = self._recording()
             whole = merge([*chunks, cell], sum(chunk.elapsed for chunk in [*chunks, cell])) if chunks else cell
-            self.cells.write(recording.path if recording is not None else None, language, code, whole)
+            path = recording.path if recording is not None else None
+            # the log keeps every output whole (an export is the notebook), not what the polls' windows kept
+            self.cells.write(path, language, code, complete(whole, path, MAX_RECORD))
         return cell
 
     async def _submit(self, conn: AsyncMcpConnection, args: dict[str, Any], *, code: bool) -> Any:

@@ -95,3 +95,17 @@ async def test_a_submission_refused_as_busy_keeps_the_running_cells_record(works
     document = nbformat.read(Recordings(recordings).export(recording.run_id, tmp_path, format="ipynb"), 4)
     [cell] = [cell for cell in document.cells if cell.cell_type == "code"][1:]
     assert "time.sleep(0.5)" in cell.source and cell.outputs[0].text == "slept\n"
+
+
+async def test_an_exported_notebook_keeps_every_output_whole(workspace, recordings, tmp_path):
+    """Issue 47: a cell of 5,000 lines became 954 in the exported notebook (the polls' 8 KB windows were
+    logged, not the whole output the raw log has)."""
+    async with AsyncConsole(workspace, recordings_dir=recordings) as console:
+        result = await console.run(python="for i in range(5000): print(f'line {i:05d} ' + 'x' * 40)")
+        assert len(result.text.splitlines()) == 5000
+        recording = console.recording
+    assert recording is not None
+    path = Recordings(recordings).export(recording.run_id, tmp_path / "whole.ipynb", format="ipynb")
+    cells = [cell for cell in nbformat.read(path, 4).cells if cell.cell_type == "code"]
+    text = "".join(output.text for output in cells[-1].outputs if output.output_type == "stream")
+    assert text.splitlines() == [f"line {i:05d} " + "x" * 40 for i in range(5000)]
