@@ -341,7 +341,7 @@ class ConsoleMagics(TransferMagics):
             # Construction checks the arguments and starts nothing: a bad option keeps the open session.
             manager = SessionManager(
                 spec.workspace,
-                warm=1,
+                warm=0 if self.as_kernel else 1,  # (a kernel's restart is a new process: no spare to keep)
                 max_sessions=2,
                 idle_timeout=None,
                 max_lifetime=None,
