@@ -260,6 +260,15 @@ class ConsoleMagics(TransferMagics):
         try:
             spec = plan_session(self.spec, options, cwd=Path.cwd(), default_languages=self.default_languages)
         except OptionsError as exc:
+            if self.as_kernel and self.spec is not None and options.language not in self.spec.languages:
+                shown = {"r": "R", "sql": "SQL"}.get(options.language, options.language)
+                text = (
+                    f"this kernel's session has no {shown} "
+                    f"(languages: {', '.join(self.spec.languages)}); install a kernel that has it, e.g. "
+                    f"`console-bridge kernel install --user --name cb-r --languages {','.join(self.spec.languages)},"
+                    f"{options.language}`, and choose that kernel"
+                )
+                raise one_line(InvalidArgument(text), f"InvalidArgument: {text}") from None
             raise UsageError(str(exc)) from None
         try:
             console = self._session(spec)

@@ -16,6 +16,7 @@ session; shutdown closes the session (its recording finalized).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -85,7 +86,6 @@ class SandboxKernel(IPythonKernel):
         self.magics.as_kernel = True
         self.magics.register()
         self._opening: threading.Thread | None = threading.Thread(target=self._open, daemon=True)
-        self._open_error: BaseException | None = None
         self._opening.start()
 
     @property
@@ -98,11 +98,10 @@ class SandboxKernel(IPythonKernel):
         return " ".join(["%%console", language, *(shlex.quote(option) for option in self.session_options)])
 
     def _open(self) -> None:
-        """Open the session as the kernel starts, so the first cell finds it booted."""
-        try:
+        """Open the session as the kernel starts, so the first cell finds it booted. A refusal is the first
+        cell's to show: it opens the session again, and fails saying why."""
+        with contextlib.suppress(BaseException):
             self.magics.console_cell(self._line("python")[len("%%console ") :], "")
-        except BaseException as exc:  # (shown by the first cell)
-            self._open_error = exc
 
     def _opened(self) -> None:
         thread, self._opening = self._opening, None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,7 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
         f"%%console --profile workspace\nopen({str(secret)!r}, 'w')",
         f"%console_put {secret}",
         "!touch written-by-a-shell-line",
+        "%%R\n1 + 1",
     ]
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
     client = NotebookClient(
@@ -89,7 +91,7 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
     )
     client.execute()
     outputs = [cell.outputs for cell in notebook.cells]
-    assert [cell.execution_count for cell in notebook.cells] == list(range(1, 11))
+    assert [cell.execution_count for cell in notebook.cells] == list(range(1, 12))
     assert outputs[0][0]["output_type"] == "execute_result" and outputs[0][0]["data"]["text/plain"] == "42"
     assert outputs[1] == []  # ';' hides the value
     assert outputs[2][0]["data"]["text/plain"] == "answer\n------\n42" and "text/html" in outputs[2][0]["data"]
@@ -101,6 +103,29 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
     assert any("Cell In[" in line for line in error["traceback"])
     assert outputs[7][-1]["ename"] == "UsageError" and outputs[8][-1]["ename"] == "UsageError", outputs[7:9]
     assert not secret.exists() and not (tmp_path / "written-by-a-shell-line").exists()
+    no_r = outputs[10][-1]  # this kernel's session has python and sql: the fix is another kernel
+    assert no_r["ename"] == "InvalidArgument" and "kernel install --user --name cb-r --languages" in no_r["evalue"]
+
+
+@pytest.mark.skipif(shutil.which("R") is None, reason="R is not installed here (CI installs Debian's r-base-core)")
+def test_a_kernel_with_r_runs_r_cells_in_its_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix = tmp_path / "prefix"
+    done = subprocess.run(
+        [cli_path(), "kernel", "install", "--prefix", str(prefix), "--name", "cb-r", "--languages", "python,sql,r"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+    notebook = nbformat.v4.new_notebook()
+    sources = ["%%R\nx <- 40\nx + 2", "%%sql\nselect 42 as answer", "21 * 2", "%%R\nx"]
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    NotebookClient(notebook, kernel_name="cb-r", timeout=120, resources={"metadata": {"path": str(folder)}}).execute()
+    texts = [
+        "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in c.outputs) for c in notebook.cells
+    ]
+    assert "[1] 42" in texts[0] and "42" in texts[1] and texts[2] == "42" and "[1] 40" in texts[3], texts
 
 
 def test_completion_and_inspection_ask_the_sandbox_and_show_plain_text(
