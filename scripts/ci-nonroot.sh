@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 user=${CB_USER:-cbci}
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(tests/confinement tests/test_readme.py::test_the_quick_start_runs_as_written_in_a_fresh_folder)
+[ ${#tests[@]} -gt 0 ] || tests=(tests/confinement tests/test_readme.py::test_the_quick_start_runs_as_written_in_a_fresh_folder
+  tests/jupyter/test_sandbox_kernel.py)
 if [ "$(id -u)" != 0 ]; then
   echo "ci-nonroot: run this as root (it creates the user $user); as a normal user, run the README's commands" >&2
   exit 2
@@ -25,9 +26,10 @@ rm -rf "$repo"
 git ls-files -z | tar --null -T - -cf - | { mkdir -p "$repo" && tar -xf - -C "$repo"; }
 chown -R "$user:" "$repo"
 as_user() { runuser -u "$user" -- env -i HOME="$home" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 "$@"; }
-# A lean venv from the system Python: the package, both mcp-console versions, the test runner.
+# A venv from the system Python: the package as a user installs it for notebooks (the [jupyter] and
+# [datascience] extras: IPython in the worker, the sandboxed kernel), both mcp-console versions, the test runner.
 as_user bash -c "cd '$repo' && /usr/bin/python3 -m venv .venv && .venv/bin/python -m pip install -q --upgrade pip \
-  && .venv/bin/python -m pip install -q -e . pytest pytest-timeout pytest-xdist hypothesis \
+  && .venv/bin/python -m pip install -q -e '.[jupyter,datascience]' nbclient pytest pytest-timeout pytest-xdist hypothesis \
   && /usr/bin/python3 -m venv .venv-mcp-console-0.0.5 && .venv-mcp-console-0.0.5/bin/python -m pip install -q 'mcp-console==0.0.5'"
 echo "ci-nonroot: user $user ($(id -u "$user")), venv from /usr/bin/python3 ready in $(( $(date +%s) - start ))s"
 as_user bash -c "cd '$repo' && .venv/bin/console-bridge doctor"
