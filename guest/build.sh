@@ -109,7 +109,8 @@ stage_wheels() {
     export PIP_CACHE_DIR=$G/cache/pip PIP_DISABLE_PIP_VERSION_CHECK=1
     { "$PY" -m pip wheel -q --no-deps -w "$G/wheels" "$REPO" &&
         "$PY" -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
-            "${platforms[@]}" -d "$G/wheels" "$(ls "$G"/wheels/console_bridge-*.whl)" "mcp-console[client]==0.0.6" &&
+            "${platforms[@]}" -d "$G/wheels" "$(ls "$G"/wheels/console_bridge-*.whl)[jupyter]" "mcp-console[client]==0.0.6" \
+            nbclient &&
         # the build backend too: the CI example (scenarios/ci-example.sh) pip-installs the checkout
         # itself in the guest, with no index (PIP_NO_INDEX, PIP_FIND_LINKS=these wheels)
         "$PY" -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
@@ -126,13 +127,15 @@ stage_venv() {
         log "reinstalling only the project wheel into ~alice/venv (chroot), then any dependency it now lacks"
         local wheel   # the path inside the chroot (a glob here would be matched on the host)
         wheel=/var/tmp/wheels/$(basename "$(ls "$G"/wheels/console_bridge-*.whl)")
-        { "${pip[@]}" --no-deps --force-reinstall "$wheel" && "${pip[@]}" --find-links /var/tmp/wheels "$wheel"; } \
+        { "${pip[@]}" --no-deps --force-reinstall "$wheel" \
+            && "${pip[@]}" --find-links /var/tmp/wheels "$wheel[jupyter]" nbclient; } \
             >"$LOGS/venv.log" 2>&1 \
             || fail_with "pip install (project)" "$LOGS/venv.log"
     else
         log "~alice/venv: console-bridge + dependencies from the wheels (chroot, no index)"
         in_root runuser -u alice -- python3 -m venv /home/alice/venv
-        "${pip[@]}" --find-links /var/tmp/wheels "console-bridge" "mcp-console[client]==0.0.6" >"$LOGS/venv.log" 2>&1 \
+        "${pip[@]}" --find-links /var/tmp/wheels "console-bridge[jupyter]" "mcp-console[client]==0.0.6" nbclient \
+            >"$LOGS/venv.log" 2>&1 \
             || fail_with "pip install" "$LOGS/venv.log"
     fi
     rm -rf "$ROOT/var/tmp/wheels"

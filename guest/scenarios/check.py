@@ -216,6 +216,60 @@ def check_cli_run(report: Report, bed: Path, base: Path) -> None:
         d["ok"] = rc == 0 and "Top region by revenue: west" in text
 
 
+_KERNEL_RUN = """
+import json, sys
+import nbformat
+from nbclient import NotebookClient
+notebook = nbformat.v4.new_notebook()
+notebook.cells = [nbformat.v4.new_code_cell(c) for c in json.loads(sys.argv[1])]
+NotebookClient(notebook, kernel_name="cb-guest", timeout=120, allow_errors=True).execute()
+print(json.dumps([[(o.output_type, o.get("ename"), o.get("text") or o.get("data", {}).get("text/plain"))
+                   for o in cell.outputs] for cell in notebook.cells]))
+"""
+
+
+def check_kernel(report: Report, bed: Path, base: Path) -> None:
+    """The sandboxed kernel, installed as alice and run by name through nbclient: Python and SQL cells
+    in one session, a ';'-hidden value, a `!` line and a home-folder read that must not reach the host."""
+    with report.timed("kernel") as d:
+        prefix, folder = fresh_dir(base, "kernel-prefix"), fresh_dir(base, "kernel-notebook")
+        rc, text = run_cli(
+            [venv_bin("console-bridge"), "kernel", "install", "--prefix", str(prefix), "--name", "cb-guest"], cwd=folder
+        )
+        if rc != 0:
+            d.update(ok=False, why=tail(text, 1))
+            return
+        token = plant(Path.home() / ".kernel-canary", report.scope)
+        planted = folder / "planted-by-a-cell"
+        cells = [
+            "x = 21\nx * 2",
+            "x;",
+            "%%sql\nselect 42 as answer",
+            f"!touch {planted} 2>&1 || echo refused",
+            f"print(open({str(Path.home() / '.kernel-canary')!r}).read())",
+        ]
+        env = {**os.environ, "JUPYTER_PATH": str(prefix / "share" / "jupyter")}
+        proc = subprocess.run(
+            [sys.executable, "-c", _KERNEL_RUN, json.dumps(cells)],
+            cwd=folder, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT, check=False,
+        )  # fmt: skip
+        show(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            d.update(ok=False, why=tail(proc.stderr, 1))
+            return
+        outputs = json.loads(proc.stdout.strip().splitlines()[-1])
+        d["outputs"] = outputs
+        d["ok"] = (
+            outputs[0] == [["execute_result", None, "42"]]
+            and outputs[1] == []
+            and "42" in str(outputs[2])
+            and not planted.exists()
+            and token not in json.dumps(outputs)
+            and any(kind == "error" for kind, _, _ in outputs[4])
+        )
+        d["why"] = "" if d["ok"] else json.dumps(outputs)[:600]
+
+
 def plant(path: Path, scope: str) -> str:
     token = f"CANARY-{scope}-{secrets.token_hex(6)}"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -553,12 +607,13 @@ CHECKS: dict[str, Callable[[Report, Path, Path], None]] = {
     "disk": lambda r, bed, base: check_disk(r, base),
     "privilege": lambda r, bed, base: privilege.check_privilege(r, base),
     "hostile": lambda r, bed, base: hostile.check_hostile(r, base),
+    "kernel": check_kernel,
 }
 
 
 #: Checks whose outcome does not depend on the cgroup a session lives in: run in the login scope (and
 #: as root), not again in every scope (the guest stage's time).
-SCOPE_FREE = {"privilege", "hostile"}
+SCOPE_FREE = {"privilege", "hostile", "kernel"}
 
 
 def run_scope(scope: str, bed: Path, only: list[str]) -> int:

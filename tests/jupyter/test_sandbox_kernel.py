@@ -66,10 +66,13 @@ def test_install_list_and_remove(tmp_path: Path) -> None:
 
 
 def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
-    kernel_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kernel_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     monkeypatch.setenv("JUPYTER_PATH", str(kernel_prefix / "share" / "jupyter"))
     secret = tmp_path / "written-by-a-cell"
+    canary = Path.home() / f".console-bridge-kernel-canary-{os.getpid()}"
+    canary.write_text("CANARY-IN-HOME\n")
+    request.addfinalizer(lambda: canary.unlink(missing_ok=True))
     notebook = nbformat.v4.new_notebook()
     sources = [
         "x = 21\nx * 2",
@@ -84,6 +87,7 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
         f"%console_put {secret}",
         "!touch written-by-a-shell-line",
         "%%R\n1 + 1",
+        f"print(open({str(canary)!r}).read())",  # the user's home is not in the sandbox's view
     ]
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
     client = NotebookClient(
@@ -91,7 +95,7 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
     )
     client.execute()
     outputs = [cell.outputs for cell in notebook.cells]
-    assert [cell.execution_count for cell in notebook.cells] == list(range(1, 12))
+    assert [cell.execution_count for cell in notebook.cells] == list(range(1, 13))
     assert outputs[0][0]["output_type"] == "execute_result" and outputs[0][0]["data"]["text/plain"] == "42"
     assert outputs[1] == []  # ';' hides the value
     assert outputs[2][0]["data"]["text/plain"] == "answer\n------\n42" and "text/html" in outputs[2][0]["data"]
@@ -105,6 +109,7 @@ def test_a_notebook_runs_in_the_sandboxed_kernel_by_name(
     assert not secret.exists() and not (tmp_path / "written-by-a-shell-line").exists()
     no_r = outputs[10][-1]  # this kernel's session has python and sql: the fix is another kernel
     assert no_r["ename"] == "InvalidArgument" and "kernel install --user --name cb-r --languages" in no_r["evalue"]
+    assert outputs[11][-1]["ename"] in ("FileNotFoundError", "PermissionError") and "CANARY" not in str(outputs[11])
 
 
 @pytest.mark.skipif(shutil.which("R") is None, reason="R is not installed here (CI installs Debian's r-base-core)")
