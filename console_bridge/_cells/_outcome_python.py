@@ -440,6 +440,7 @@ def _console_bridge_install(_dir_name, _want_sql):
     # worker start cost 60-100 ms of each cold start, for sessions that may never run SQL. The
     # host checked beforehand that the worker's Python finds duckdb (_worker_env).
     loaded = {}
+    showing = ["result"]  # how the table being shown counts: the cell's value, or one statement's result
 
     def duckdb_error():
         module = loaded.get("duckdb")
@@ -485,6 +486,25 @@ def _console_bridge_install(_dir_name, _want_sql):
             return self if value is connection else value
 
         def execute(self, *args, **kwargs):
+            caller = sys._getframe(1)
+            show = caller.f_globals.get("_fallback_show") if caller.f_code.co_name == "_evaluate" else None
+            if show is not None and len(args) == 1 and isinstance(args[0], str) and not kwargs:
+                # A SQL cell of several statements: each one's result is shown, not only the last's.
+                try:
+                    self._connection  # (connected first: that imports duckdb)
+                    statements = [item.query for item in loaded["duckdb"].extract_statements(args[0])]
+                except Exception:
+                    statements = []
+                for statement in statements[:-1]:
+                    shown = self._call("execute", statement)
+                    if getattr(shown, "description", None) is not None:
+                        showing[0] = "display"
+                        try:
+                            show(shown)
+                        finally:
+                            showing[0] = "result"
+                if len(statements) > 1:
+                    return self._call("execute", statements[-1])
             return self._call("execute", *args, **kwargs)
 
         def sql(self, *args, **kwargs):
@@ -495,7 +515,7 @@ def _console_bridge_install(_dir_name, _want_sql):
 
         def fetchmany(self, *args, **kwargs):
             rows = self._call("fetchmany", *args, **kwargs)
-            capture_table(self._connection.description, rows)
+            capture_table(self._connection.description, rows, showing[0])
             return rows
 
         def cursor(self, *args, **kwargs):

@@ -258,6 +258,11 @@ def _console_bridge_ipython(
             raise result.error_in_exec  # (the worker ends, as with mcp-console's own evaluator)
         if callable(finalize):
             finalize()  # figures a cell left open with a backend other than the inline one
+        for stream in (sys.stdout, sys.stderr):  # what the cell's threads wrote, before the cell ends
+            try:
+                stream.flush()
+            except Exception:
+                pass
 
     setattr(worker, "eval_cell", eval_cell)  # noqa: B010  (mcp-console's module, looked up per cell)
     return True

@@ -13,11 +13,11 @@ from typing import Any
 __all__ = ["_console_bridge_tables"]
 
 
-def _console_bridge_tables(emit: Callable[..., None]) -> Callable[[Any, Any], None]:
+def _console_bridge_tables(emit: Callable[..., None]) -> Callable[[Any, Any, str], None]:
     import builtins
     import sys
 
-    pending: list[dict[str, Any]] = []
+    pending: list[tuple[dict[str, Any], str]] = []
     width = 10_000
 
     def cell(value: Any) -> Any:
@@ -35,19 +35,20 @@ def _console_bridge_tables(emit: Callable[..., None]) -> Callable[[Any, Any], No
         if pending and len(args) == 1 and isinstance(args[0], str) and not kwargs:
             import html  # (imported on the first table, not at every worker start)
 
-            table = pending.pop()
+            table, kind = pending.pop()
             head = "".join(f"<th>{html.escape(str(name))}</th>" for name in table["columns"])
             body = "".join(
                 "<tr>" + "".join(f"<td>{shown(value)}</td>" for value in row) + "</tr>" for row in table["rows"]
             )
             more = "<p><i>more rows not shown</i></p>" if table["truncated"] else ""
             page = f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}'
-            emit("result", {"text/plain": args[0], "text/html": page}, table=table)
+            emit(kind, {"text/plain": args[0], "text/html": page}, table=table)
             return None
         pending.clear()
         builtins.print(*args, **kwargs)
 
-    def capture(description: Any, rows: Any) -> None:
+    def capture(description: Any, rows: Any, kind: str = "result") -> None:
+        # kind: "display" for a statement before a cell's last one (its result is shown, not the cell's value)
         caller = sys._getframe(2)
         if caller.f_code.co_name != "_fallback_show":
             return
@@ -57,7 +58,7 @@ def _console_bridge_tables(emit: Callable[..., None]) -> Callable[[Any, Any], No
             kept = [[cell(value) for value in row] for row in list(rows)[:preview]]
         except Exception:
             return
-        pending[:] = [{"columns": names, "rows": kept, "truncated": len(rows) > preview}]
+        pending[:] = [({"columns": names, "rows": kept, "truncated": len(rows) > preview}, kind)]
         caller.f_globals["print"] = framed_print
 
     return capture

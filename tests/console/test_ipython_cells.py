@@ -108,3 +108,19 @@ async def test_errors_the_sandbox_causes_say_so(mcp_console, workspace, recordin
         assert "which has no 'no_such_module_anywhere'" in missing.error.traceback
         plain = await console.run(python="raise ValueError('mine')")
         assert plain.error is not None and "console-bridge:" not in plain.error.traceback  # no hint where none fits
+
+
+async def test_a_sql_cell_of_several_statements_shows_each_result(mcp_console, workspace, recordings):
+    """Issue 47: a `.sql` file of several statements showed only the last one's result."""
+    _, binary = mcp_console
+    async with AsyncConsole(workspace, command=binary, recordings_dir=recordings) as console:
+        several = await console.run(sql="select 1 as a; create table t as select 2 as b; select * from t")
+        assert several.error is None, several.error
+        shown = [(o.kind, o.table.columns if o.table else None) for o in several.outputs]
+        assert shown == [("display", ("a",)), ("display", ("Count",)), ("result", ("b",))], shown
+        assert several.text.startswith("a\n-\n1\n") and several.text.endswith("b\n-\n2\n"), several.text
+        failing = await console.run(sql="select 1 as x; select * from no_such_table; select 3 as never")
+        assert failing.error is not None and failing.error.name == "Catalog Error"
+        assert "never" not in failing.text and failing.text.startswith("x\n-\n1\n"), failing.text
+        quoted = await console.run(sql="select 'a;b' as s")  # a ';' inside a string is not a statement's end
+        assert quoted.text == "s\n-----\n'a;b'\n" and len(quoted.outputs) == 1, quoted.text
