@@ -18,6 +18,7 @@ as before, and ``notice`` says why (``status().extra["notices"]``).
 """
 
 import base64
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -259,10 +260,8 @@ def _console_bridge_ipython(
         if callable(finalize):
             finalize()  # figures a cell left open with a backend other than the inline one
         for stream in (sys.stdout, sys.stderr):  # what the cell's threads wrote, before the cell ends
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
 
     setattr(worker, "eval_cell", eval_cell)  # noqa: B010  (mcp-console's module, looked up per cell)
     return True
