@@ -77,7 +77,10 @@ def cell_from(
     stderr = "".join(part for stream, part in parts if stream == "stderr")
     combined = "".join(part for _, part in parts)
     shown = sum(1 for stream, _ in parts if stream == "display")
-    rich = (outputs or [])[:shown] + [_plot_output(image) for image in result.images]
+    displayed = (outputs or [])[:shown]
+    rich = displayed + [_plot_output(image) for image in result.images]
+    # a figure IPython's display formatter showed is an image too (adapters, serve and `run` read .images)
+    images = [*result.images, *_images_of(displayed)]
     content = result.content
     if combined != result.text:
         # The text blocks carry the notices too; keep the images and other blocks, one clean text block.
@@ -89,7 +92,7 @@ def cell_from(
         segments=parts,
         outputs=rich,
         content=content,
-        images=result.images,
+        images=images,
         structured=result.structured,
         is_error=is_error or result.is_error,
         truncated=result.truncated or _OMITTED in combined,
@@ -141,6 +144,17 @@ def _bundle(ident: str, plain: str, pending: dict[str, Output]) -> Output:
         return Output(kind, {"text/plain": plain[:-1] if added_newline and plain.endswith("\n") else plain})
     output = pending.pop(ident, None)
     return output if output is not None else Output("display", {"text/plain": plain})
+
+
+def _images_of(outputs: list[Output]) -> list[Image]:
+    """The PNG and JPEG images among rich outputs (each once)."""
+    found: list[Image] = []
+    for output in outputs:
+        for mime in ("image/png", "image/jpeg"):
+            data = output.data.get(mime)
+            if isinstance(data, bytes) and all(image.data != data for image in found):
+                found.append(Image(mime, data))
+    return found
 
 
 def _plot_output(image: Image) -> Output:

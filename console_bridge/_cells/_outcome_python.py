@@ -202,7 +202,9 @@ def _console_bridge_displays(path):
         ident = f"{token}-{next(counter)}"
         data = {mime: item for mime, item in data.items() if len(str(item)) <= limit or mime == "text/plain"}
         plain = str(data.get("text/plain", ""))
-        newline = "" if plain.endswith("\n") else "\n"
+        if any(mime.startswith("image/") for mime in data):
+            plain = ""  # (a figure: text readers get the image, not "<Figure size ...>"; the record keeps it)
+        newline = "" if plain.endswith("\n") or not plain else "\n"
         if table is None and len(data) == 1 and isinstance(data.get("text/plain"), str):
             # Nothing but its text (e.g. the value 1): the frame says so, no record is written or read.
             ident += "-" + kind[0] + ("n" if newline else "")

@@ -14,7 +14,7 @@ import anyio
 
 from console_bridge._console._session import AsyncConsole
 from console_bridge._errors import BridgeError, CellTimeout
-from console_bridge._results import CellResult, Image
+from console_bridge._results import CellResult
 from console_bridge._vetting._sandbox import SandboxPolicy
 from console_bridge.cli._common import ExitCode, error_text, exit_code_for, human_size
 from console_bridge.cli._detect import OMITTED_MARK, chunk_output, code_error
@@ -226,20 +226,6 @@ def _keep_whole(run: FileRun, result: CellResult, term: Terminal, mark: int, nam
     )
 
 
-def _shown_images(chunk: CellResult) -> list[Image]:
-    """The images of the chunk's rich outputs that are not among its image blocks: a figure IPython's
-    display formatter showed (issue 47) is an output only."""
-    blocks = {image.data for image in chunk.images}
-    found = []
-    for output in chunk.outputs:
-        for mime in ("image/png", "image/jpeg"):
-            data = output.data.get(mime)
-            if isinstance(data, bytes) and data not in blocks:
-                found.append(Image(mime, data))
-                blocks.add(data)
-    return found
-
-
 async def _run_file(
     console: AsyncConsole, run: FileRun, opts: Options, state: RunState, term: Terminal, stop: Stop, names: CellNames
 ) -> bool:
@@ -263,10 +249,9 @@ async def _run_file(
         text = chunk_output(chunk)
         run.streamed.append(text)
         show(names.stream(text))
-        images = [*chunk.images, *_shown_images(chunk)]
-        if images:
+        if chunk.images:
             show(names.flush())
-        for image in images:
+        for image in chunk.images:
             image_name = state.add_image(image)
             run.images.append(image_name)
             marker = f"[image {image_name}: {image.mime_type}, {human_size(len(image.data))}]\n"
