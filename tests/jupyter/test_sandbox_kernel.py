@@ -157,3 +157,39 @@ def test_completion_and_inspection_ask_the_sandbox_and_show_plain_text(
     finally:
         client.stop_channels()
         manager.shutdown_kernel()
+
+
+def test_interrupting_the_kernel_stops_the_cell_and_keeps_the_state(
+    kernel_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from jupyter_client.manager import start_new_kernel
+
+    monkeypatch.setenv("JUPYTER_PATH", str(kernel_prefix / "share" / "jupyter"))
+    manager, client = start_new_kernel(kernel_name="cb-test", cwd=str(tmp_path))
+    try:
+        client.execute_interactive("kept = 41", timeout=90)
+        msg_id = client.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)\nprint('woke')")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the cell has started once its first line is shown
+            message = client.get_iopub_msg(timeout=30)
+            if message["msg_type"] == "stream" and "sleeping" in message["content"]["text"]:
+                break
+        started = time.monotonic()
+        manager.interrupt_kernel()
+        reply = client.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "error"
+        assert "KeyboardInterrupt" in reply["content"]["ename"] + reply["content"]["evalue"], reply["content"]
+        assert time.monotonic() - started < 20
+        after = client.execute_interactive("kept + 1", timeout=60)
+        assert after["content"]["status"] == "ok"
+        shown: list[str] = []
+        client.execute_interactive(
+            "kept + 1", timeout=60,
+            output_hook=lambda m: shown.append(m["content"].get("data", {}).get("text/plain", "")),
+        )  # fmt: skip
+        assert "42" in shown, shown
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel()
