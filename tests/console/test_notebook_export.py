@@ -67,9 +67,10 @@ async def test_a_session_exports_as_a_notebook_that_validates(workspace, recordi
     rebuilt = [cell for cell in bare.cells if cell.cell_type == "code"][1:]
     assert [cell.source for cell in rebuilt] == [cell.source for cell in cells]  # no probe cell
     assert rebuilt[0].outputs[0].text == "x is 21\n" and "careful" in rebuilt[0].outputs[1].text
-    # (the figure went through IPython's display formatter, which the bridge's cell log keeps; the server's
-    # own events have its text only)
-    assert any("<Figure size" in str(out.get("text", "")) for out in rebuilt[2].outputs), rebuilt[2].outputs
+    # (the figure went through IPython's display formatter: the bridge's cell log keeps it; the server's own
+    # events have the cell's text only, neither the figure's image nor a line for it)
+    texts = "".join(str(out.get("text", "")) for out in rebuilt[2].outputs)
+    assert texts.startswith("drawing\n") and "42" in texts and "Figure" not in texts, rebuilt[2].outputs
     assert "Rebuilt from the server's recording" in bare.cells[0].source
 
 
