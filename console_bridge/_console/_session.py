@@ -547,7 +547,8 @@ class AsyncConsole(NotCopyable):
 
     async def pull(self, name: str, *, max_bytes: int = 100_000_000) -> Any:
         """A copy of the session's Python value ``name``: a data frame, an array or plain data, read on
-        the host by Parquet, ``.npy`` (no pickle) or JSON readers alone; anything else is refused."""
+        the host by Parquet, ``.npy`` (no pickle) or JSON readers alone; anything else is refused.
+        ``max_bytes`` bounds the file and the value it decodes to on the host (:class:`NotAllowed` past it)."""
         return await _values.pull(self, name, max_bytes=max_bytes)
 
     async def list_files(self, pattern: str = "**") -> list[str]:

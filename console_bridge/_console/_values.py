@@ -4,19 +4,24 @@ A value crosses as a file in the session's private TMPDIR, in a format whose rea
 of the writer's choosing: a pandas data frame as Parquet (pyarrow), a numpy array as ``.npy``
 (``allow_pickle=False``), plain data (dict, list, str, numbers, bool, None) as JSON. On the host
 the file a cell wrote is read with those readers alone, whatever the cell made of it: a hostile
-cell gets at most a :class:`NotAllowed` saying the file could not be read. The cells that move a
-value are ordinary Python cells of the session (they are in its recording).
+cell gets at most a :class:`NotAllowed` saying the file could not be read, or that the value it
+decodes to is bigger than ``max_bytes`` (``_value_read``: a decompression bomb stays a small file).
+The cells that move a value are ordinary Python cells of the session (they are in its recording).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import keyword
 import secrets
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
+from console_bridge._console._value_read import decode
 from console_bridge._errors import BridgeError, NotAllowed
 
 if TYPE_CHECKING:
@@ -66,24 +71,6 @@ def encode(value: object) -> tuple[str, bytes]:
             f"push takes a pandas DataFrame, a numpy array or plain data (dict, list, str, numbers, bool, None); "
             f"{type(value).__name__} is none of those ({exc})"
         ) from None
-
-
-def decode(kind: str, data: bytes) -> Any:
-    """A value from what a cell wrote, read by a reader that runs none of the writer's code."""
-    try:
-        if kind == "parquet":
-            import pandas
-
-            return pandas.read_parquet(io.BytesIO(data))
-        if kind == "npy":
-            import numpy
-
-            return numpy.load(io.BytesIO(data), allow_pickle=False)
-        return json.loads(data.decode("utf-8"))
-    except ImportError as exc:
-        raise NotAllowed(f"pulling a data frame needs {_NEEDS_ARROW} on the host: {exc}") from None
-    except Exception as exc:
-        raise NotAllowed(f"the session's {kind} file could not be read as one: {type(exc).__name__}: {exc}") from None
 
 
 _LOAD = """\
@@ -158,7 +145,8 @@ async def pull(console: AsyncConsole, name: str, *, max_bytes: int = 100_000_000
         if len(files) != 1:
             raise NotAllowed(f"pull({name!r}): the session left {len(files)} value files, not one")
         data = await console.get_file(files[0], max_bytes=max_bytes)
-        return decode(files[0].rpartition(".")[2], data)
+        kind = files[0].rpartition(".")[2]
+        return await anyio.to_thread.run_sync(functools.partial(decode, kind, data, max_bytes=max_bytes))
     finally:
         with contextlib.suppress(BridgeError):
             await console.run(python=_CLEAN.format(pattern=f"{stem}.*"))

@@ -69,17 +69,17 @@ def test_the_host_side_reads_only_safe_formats() -> None:
 
     blob = pickle.dumps(numpy.array([object()], dtype=object))
     with pytest.raises(NotAllowed):
-        decode("npy", blob)
+        decode("npy", blob, max_bytes=10**8)
     with pytest.raises(NotAllowed):
-        decode("json", blob)
+        decode("json", blob, max_bytes=10**8)
     with pytest.raises(NotAllowed):
-        decode("parquet", b"PAR1 not really")
+        decode("parquet", b"PAR1 not really", max_bytes=10**8)
     with pytest.raises(NotAllowed, match="plain data"):
         encode(object())
     with pytest.raises(NotAllowed, match="objects"):
         encode(numpy.array([object()], dtype=object))
     kind, data = encode({"k": [1, 2]})
-    assert kind == "json" and decode(kind, data) == {"k": [1, 2]}
+    assert kind == "json" and decode(kind, data, max_bytes=10**8) == {"k": [1, 2]}
 
 
 @pytest.mark.console
