@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "LOST_MARK",
     "CellNotice",
     "Segments",
     "bridge_hint",
@@ -23,6 +24,9 @@ STDERR_END = "\ufdd1"
 DISPLAY_START = "\ufdd2"
 DISPLAY_SEP = "\ufdd3"
 DISPLAY_END = "\ufdd4"
+#: A frame whose id starts with this carries a failure record the worker could not append to the
+#: outcome log (its TMPDIR full, an I/O error): the record itself, in the output stream instead.
+LOST_MARK = "!"
 _MARKERS = re.compile("[\ufdd0-\ufdd4]")
 
 Segments = tuple[tuple[str, str], ...]  # (stream, text) in the order the cell wrote them
@@ -220,6 +224,8 @@ def split_streams(text: str) -> tuple[str, Segments, tuple[str, ...]]:
         elif marker == DISPLAY_SEP and reading_id:
             reading_id = False
             displays.append("".join(ident))
+            if displays[-1].startswith(LOST_MARK):
+                continue  # (a record the worker could not write: no text of its own)
             segments.append(("display", ""))  # filled by the text up to DISPLAY_END
             stream = "display"
         elif marker == DISPLAY_END and stream == "display":

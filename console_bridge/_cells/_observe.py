@@ -19,6 +19,7 @@ import anyio
 
 from console_bridge._cells._events import CallEvents, EventTail, events_file
 from console_bridge._cells._notices import (
+    LOST_MARK,
     CellNotice,
     Segments,
     bridge_hint,
@@ -27,7 +28,14 @@ from console_bridge._cells._notices import (
     split_response,
     split_streams,
 )
-from console_bridge._cells._outcome import OutcomeLog, limit_failure, tampered_failure, worker_exited_failure
+from console_bridge._cells._outcome import (
+    OutcomeLog,
+    limit_failure,
+    lost_failure,
+    parse_records,
+    tampered_failure,
+    worker_exited_failure,
+)
 from console_bridge._cells._recordings import Recording
 from console_bridge._results import CellFailure, CellResult, Image, Output, ToolResult
 
@@ -42,6 +50,16 @@ _PLAIN: dict[str, tuple[Literal["display", "result"], bool]] = {
     "d": ("display", False),
     "dn": ("display", True),
 }
+
+
+def _lost_failures(ids: tuple[str, ...]) -> list[CellFailure]:
+    """The failure records carried by lost-record frames (one that cannot be read still fails the cell)."""
+    lost: list[CellFailure] = []
+    for ident in ids:
+        if ident.startswith(LOST_MARK):
+            records = parse_records(ident[len(LOST_MARK) :].encode("utf-8", "surrogatepass"))
+            lost.extend(records.failures or (lost_failure(),))
+    return lost
 
 
 def cell_from(
@@ -296,6 +314,8 @@ class CellObserver:
         self.last_framed = ""
         #: What a cell did to the outcome log, once it happened: every cell fails until restart() (fresh()).
         self.tampered: str | None = None
+        #: Failure records of the running cell that reached its output because the log could not be written.
+        self._lost: list[CellFailure] = []
 
     def fresh(self) -> None:
         """A fresh worker (``restart()``): it makes a fresh outcome log, to be trusted again."""
@@ -316,6 +336,7 @@ class CellObserver:
         if language is not None:
             self._language = language
             self._mark = mark
+            self._lost = []
 
     async def observe(self, result: ToolResult, started: float, *, is_error: bool = False) -> CellResult:
         """Read the server's status of this call from its recording, and the cell's outcome."""
@@ -324,7 +345,8 @@ class CellObserver:
         # Without the recording the cell counts as started now (timeouts stay bounded).
         self.last_started_at = time.time() if events is None else events.started_at
         plain, segments, display_ids = split_streams(result.text)
-        outputs = self._outputs_for(display_ids, segments)
+        self._lost.extend(_lost_failures(display_ids))
+        outputs = self._outputs_for(tuple(ident for ident in display_ids if not ident.startswith(LOST_MARK)), segments)
         notice = split_response(plain, ended=ended, is_error=is_error or result.is_error)
         framed = split_response(result.text, ended=ended, is_error=is_error or result.is_error).output
         self.output_bytes += len(framed.encode("utf-8", "surrogatepass"))
@@ -355,6 +377,15 @@ class CellObserver:
             if error is None and notice.worker_exited and notice.exit_status != 0:
                 # sys.exit(0) ends the worker too, but the code asked for it and succeeded.
                 error = worker_exited_failure(language, notice.exit_status)
+            if self._lost and (error is None or error.kind == "exception"):
+                # The worker could not append a failure to the log (its TMPDIR full, an I/O error) and
+                # sent the record in the cell's output instead: the cell failed, whatever the log says.
+                error = self._lost[0]
+                self.notice(
+                    "the worker could not write the outcome log (is the TMPDIR full?); the cell's failure came "
+                    "through its output instead"
+                )
+            self._lost = []
             if self.limit_check is not None:  # a limit hit is the cell's failure, even when the code coped
                 hit = self.limit_check(error)
                 if hit is not None:

@@ -21,6 +21,7 @@ __all__ = [
     "OutcomeLog",
     "Records",
     "limit_failure",
+    "lost_failure",
     "outcome_dir_name",
     "parse_records",
     "tampered_failure",
@@ -109,6 +110,16 @@ def tampered_failure(language: str, what: str, *, earlier: bool = False) -> Cell
         "be known and it counts as failed; every cell does until restart() starts a fresh worker with a fresh log"
     )
     return CellFailure(language=language, name="OutcomeLogTampered", message=message, traceback="", kind="tampered")
+
+
+def lost_failure(language: str = "") -> CellFailure:
+    """The failure of a cell whose worker could not record what failed (the outcome log could not be
+    written and the record that came through the output instead could not be read)."""
+    message = (
+        "the worker could not write this cell's failure to the session's outcome log (is its TMPDIR full? free "
+        "space there, or restart()), so the cell counts as failed"
+    )
+    return CellFailure(language=language, name="OutcomeLost", message=message, traceback="", kind="tampered")
 
 
 def worker_exited_failure(language: str, status: int | None) -> CellFailure:

@@ -314,16 +314,31 @@ def _console_bridge_install(_dir_name, _want_sql):
             tb = tb.tb_next
         return None
 
-    def record(entry):
+    def record(entry, later=False):
         try:
             line = (json.dumps(entry, default=str) + "\n").encode("utf-8", "replace")
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
             try:
-                os.write(fd, line)
+                if os.write(fd, line) != len(line):
+                    raise OSError("a short write")
             finally:
                 os.close(fd)
         except Exception:
-            pass
+            if entry.get("type") != "failure":
+                return ""
+            # The log cannot be written (a full TMPDIR, EIO): the cell's output carries the failure
+            # instead, small enough for a poll's tail (written after the traceback with `later`).
+            short = dict(entry, message=str(entry.get("message"))[:500], traceback=str(entry.get("traceback"))[-1500:])
+            frame = json.dumps(short, default=str)
+            frame = "\ufdd2!" + (frame if len(frame) < 3000 else "{}") + "\ufdd3\ufdd4"
+            if later:
+                return frame
+            try:
+                sys.stdout.write(frame)
+                sys.stdout.flush()
+            except Exception:
+                pass
+        return ""
 
     private = set()  # ids of mcp-console's own code objects (its printer drops their frames too)
 
@@ -354,7 +369,7 @@ def _console_bridge_install(_dir_name, _want_sql):
         prune(error, rendered, set())
         return "".join(rendered.format())
 
-    def failure(language, error, where="", text=None):
+    def failure(language, error, where="", text=None, later=False):
         try:
             text = public_traceback(error) if text is None else text
         except Exception:
@@ -371,9 +386,9 @@ def _console_bridge_install(_dir_name, _want_sql):
             head, sep, rest = message.partition(": ")
             if sep and head.endswith(" Error") and "\n" not in head:
                 name, message = head, rest
-        record({"type": "failure", "language": language, "name": name, "message": message[:20000],
-                "traceback": text[-20000:], "kind": "exception", "where": where, "cell": running[0],
-                "origin": origin_of(error) if language == "python" else None})
+        return record({"type": "failure", "language": language, "name": name, "message": message[:20000],
+                       "traceback": text[-20000:], "kind": "exception", "where": where, "cell": running[0],
+                       "origin": origin_of(error) if language == "python" else None}, later)
 
     hooked = False
     import gc, types

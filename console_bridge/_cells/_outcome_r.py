@@ -56,7 +56,14 @@ local({
                      "\", \"message\": \"", esc(message), "\", \"traceback\": \"",
                      esc(paste(c(rev(calls), sub("\n+$", "", text)), collapse = "\n")),
                      "\", \"kind\": \"exception\"}")
-      cat(line, "\n", file = file.path(folder, "outcomes.jsonl"), append = TRUE, sep = "")
+      log <- file.path(folder, "outcomes.jsonl")
+      had <- file.size(log)
+      wrote <- tryCatch({ cat(line, "\n", file = log, append = TRUE, sep = ""); TRUE }, error = function(e) FALSE,
+                        warning = function(w) FALSE)
+      # A full TMPDIR or an I/O error: the record goes in the cell's output instead, never lost.
+      if (!wrote || is.na(had) || is.na(file.size(log)) || file.size(log) < had + nchar(line, type = "bytes") + 1)
+        cat(paste0("\ufdd2!{\"type\": \"failure\", \"language\": \"r\", \"name\": \"", esc(substr(name, 1, 200)),
+                   "\", \"message\": \"", esc(substr(message, 1, 500)), "\", \"kind\": \"exception\"}\ufdd3\ufdd4"))
     })
     reset()
     invisible(NULL)

@@ -33,17 +33,22 @@ def compact(code: str) -> str:
 def _compact(code: str) -> str:
     tree = ast.parse(code)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            body = node.body
-            first = body[0] if body else None
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            node.returns = None  # (annotations: prose for mypy, evaluated for nothing in the worker)
+            arguments = node.args
+            for arg in (
+                *arguments.posonlyargs,
+                *arguments.args,
+                *arguments.kwonlyargs,
+                arguments.vararg,
+                arguments.kwarg,
             ):
-                del body[0]
-                if not body:
-                    body.append(ast.Pass())
+                if arg is not None:
+                    arg.annotation = None
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            # docstrings, wherever a module's source lands in the startup code: a bare string does nothing
+            body[:] = [statement for statement in body if not _is_prose(statement)] or [ast.Pass()]
     # One space per level instead of four (unparsed code has no multi-line strings: each line's leading
     # spaces are its indentation).
     lines = []
@@ -51,3 +56,11 @@ def _compact(code: str) -> str:
         text = line.lstrip(" ")
         lines.append(" " * ((len(line) - len(text)) // 4) + text)
     return "\n".join(lines) + "\n"
+
+
+def _is_prose(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )

@@ -31,7 +31,7 @@ __all__ = ["BRIDGE_CELL", "_console_bridge_ipython", "sandbox_hint"]
 BRIDGE_CELL = "# console-bridge: the bridge's own cell\n"
 
 Emit = Callable[[str, dict[str, Any]], None]
-Failure = Callable[..., None]
+Failure = Callable[..., str]
 
 
 def sandbox_hint(error: BaseException) -> str:
@@ -168,7 +168,7 @@ def _console_bridge_ipython(
             hint = sandbox_hint(evalue)
             if hint:
                 text += "\n\n" + hint
-            failure("python", evalue, text=text)  # (first: a cell may have broken its streams)
+            lost = failure("python", evalue, text=text, later=True)  # (first: a cell may have broken its streams)
             try:
                 sys.stdout.flush()
                 sys.stderr.write(text + "\n")
@@ -176,6 +176,9 @@ def _console_bridge_ipython(
             except Exception:
                 if sys.__stderr__ is not None:
                     sys.__stderr__.write(text + "\n")
+            if lost:  # (the log could not be written: the record, after the traceback, in a poll's tail)
+                sys.stdout.write(lost)
+                sys.stdout.flush()
 
         def show_usage_error(self, exc: BaseException) -> None:
             failure("python", exc, text=f"UsageError: {exc}")  # (a failed cell, as in Jupyter)
