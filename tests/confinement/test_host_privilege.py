@@ -11,6 +11,7 @@ at ``open``), so a failing guarantee shows up without changing the host.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import secrets
@@ -317,10 +318,16 @@ async def test_no_cell_plants_a_set_user_id_file(tmp_path: Path, workspace: Path
             "    print('create refused')\n"
             "print(subprocess.run(['sh', '-c', 'cp /bin/ls ls2 && chmod u+s,g+s ls2; echo rc=$?'],\n"
             "                     capture_output=True, text=True).stdout)\n"
+            "try:\n"  # file capabilities: v2 cap_setuid in the permitted set
+            "    os.setxattr('sh', 'security.capability', bytes.fromhex('0100000280000000000000000000000000000000'))\n"
+            "    print('caps set')\n"
+            "except OSError as exc:\n"
+            "    print('caps refused', exc.errno)\n"
         )
         out = await c.run(python=attack)
         assert "worked" not in out.text and out.text.count("chmod refused") == 3, out.combined
         assert "create refused" in out.text and "rc=1" in out.text, out.combined
+        assert f"caps refused {errno.EOPNOTSUPP}" in out.text, out.combined
         if "r" in langs:
             await c.run(r='file.create("r.bin"); Sys.chmod("r.bin", "6755", use_umask = FALSE)')
         assert (await c.run(python="print(6 * 7)")).text.strip() == "42"

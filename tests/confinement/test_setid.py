@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,21 @@ CHILD = textwrap.dedent(
             out.append(f"create {mode:o} refused")
     os.close(os.open("f", os.O_RDONLY, 0o4755))  # no O_CREAT: the mode argument means nothing
     out.append("open ok")
+    for name in ("security.capability", "user.note", "trusted.x"):
+        try:
+            os.setxattr("f", name, b"caps"); out.append(f"setxattr {name} ok")
+        except OSError as exc:
+            out.append(f"setxattr {name} errno {exc.errno}")
+    fd = os.open("f", os.O_RDONLY)
+    try:
+        os.setxattr(fd, "user.note", b"1")
+    except OSError as exc:
+        out.append(f"fsetxattr errno {exc.errno}")
+    os.close(fd)
+    try:
+        os.listxattr("f"); out.append("listxattr ok")  # reading them still works
+    except OSError as exc:
+        out.append(f"listxattr errno {exc.errno}")
     done = subprocess.run(["sh", "-c", "chmod g+s f; echo $?"], capture_output=True, text=True)
     out.append("child chmod rc=" + done.stdout.strip())
     print("|".join(out))
@@ -53,6 +69,12 @@ def test_the_filter_refuses_set_id_bits_and_nothing_else(tmp_path: Path) -> None
         "create 4755 refused",
         "create 644 ok",
         "open ok",
+        # every extended attribute write, whatever its name (a filter cannot read it): EOPNOTSUPP
+        f"setxattr security.capability errno {errno.EOPNOTSUPP}",
+        f"setxattr user.note errno {errno.EOPNOTSUPP}",
+        f"setxattr trusted.x errno {errno.EOPNOTSUPP}",
+        f"fsetxattr errno {errno.EOPNOTSUPP}",
+        "listxattr ok",
         "child chmod rc=1",  # inherited by every descendant
     ]
     assert not (tmp_path / "f").stat().st_mode & 0o6000
