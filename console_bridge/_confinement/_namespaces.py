@@ -48,6 +48,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
+
+try:  # the host imports the package's module; the supervisor (python -I -S) loads siblings by file name
+    from console_bridge._confinement._remask import open_beneath
+except ImportError:
+    from _remask import open_beneath  # type: ignore[import-not-found,no-redef]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -443,11 +449,7 @@ def apply_plan(plan: MountPlan, userns_fd: int | None = None, owner: int | None 
                 options += f",uid={owner},gid={owner}"
             _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options, "mounting a tmpfs")
         elif step["op"] == "mask":
-            if os.path.isdir(target) and not os.path.islink(target):
-                _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "mode=0000,size=4k", "masking")
-            elif os.path.lexists(target):
-                _mount(root + "/.cb-empty", target, None, MS_BIND, None, "masking")
-                _read_only(target)
+            _mask(root, step["path"])
         elif step["op"] == "empty":
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o000)
             os.close(fd)
@@ -462,6 +464,34 @@ def apply_plan(plan: MountPlan, userns_fd: int | None = None, owner: int | None 
     if os.path.lexists(root + "/.cb-empty"):  # the masks hold it; nothing else needs its name
         os.unlink(root + "/.cb-empty")
     _pivot(root)
+
+
+def _mask(root: str, path: str) -> None:
+    """Mask ``path`` in the view on ``root`` through a descriptor opened beneath it, no symlink followed
+    (``_remask.open_beneath``): a symlink at the name is masked itself, never where it points. A name
+    that is absent, or lies past a symlink (elsewhere, shown or hidden by its own rules), is left to
+    the remasker's watch."""
+    top = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fd = open_beneath(path, top)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                return
+            raise SetupError(f"masking ({root + path}): {exc}") from None
+        try:
+            target = f"/proc/self/fd/{fd}"
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                _mount(
+                    "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "mode=0000,size=4k", f"masking {path}"
+                )
+                return
+            _mount(root + "/.cb-empty", target, None, MS_BIND, None, f"masking {path}")
+        finally:
+            os.close(fd)
+        _read_only(root + path)  # (the name is the bind's root now: nothing left to follow)
+    finally:
+        os.close(top)
 
 
 def fill_shim(target: str, sources: list[str], hide: set[str]) -> None:

@@ -74,8 +74,49 @@ _MS_REMOUNT = 32
 _MS_BIND = 4096
 
 
+_O_PATH = getattr(os, "O_PATH", 0o10000000)
+
+
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
+
+
+def open_beneath(path: str, top: int | None = None) -> int:
+    """An ``O_PATH`` descriptor of the absolute ``path``, walked one name at a time beneath the folder
+    ``top`` (``/``, the view's root once inside it, when None) without following a symlink on the way
+    or at the end: a symlink there is what the descriptor names. A privileged mount made on it never
+    lands where a cell's symlink points. OSError (ENOTDIR, ELOOP, ENOENT) when the way is not real
+    folders."""
+    parts = [part for part in path.split("/") if part]
+    if any(part in (".", "..") for part in parts):
+        raise OSError(errno.EINVAL, f"not a plain path: {path!r}")
+    fd = os.open("/", _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if top is None else os.dup(top)
+    try:
+        for index, part in enumerate(parts):
+            folder = os.O_DIRECTORY if index < len(parts) - 1 else 0
+            below = os.open(part, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | folder, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def mount_on(
+    source: bytes | None, path: str, fstype: bytes | None, flags: int, data: bytes | None, *, top: int | None = None
+) -> int:
+    """``mount(2)`` onto :func:`open_beneath`'s descriptor of ``path`` (through ``/proc/self/fd``): 0, or
+    -1 with ``ctypes.get_errno()`` saying why."""
+    try:
+        fd = open_beneath(path, top)
+    except OSError as exc:
+        ctypes.set_errno(exc.errno or errno.ENOENT)
+        return -1
+    try:
+        return int(_libc().mount(source, f"/proc/self/fd/{fd}".encode(), fstype, flags, data))
+    finally:
+        os.close(fd)
 
 
 def _unescape(field: str) -> str:
@@ -191,17 +232,18 @@ class Remasker:
         if not self.mount:
             self.masked.append(path)
             return
-        libc = self.libc
         expected = info  # what the name should hold when a step fails, if the host left it alone
+        # Each mount targets a descriptor opened without following a symlink (open_beneath): a cell's
+        # symlink at a hidden name is masked itself, never where it points (a file, a folder, /proc/1/root).
         if stat.S_ISDIR(info.st_mode):
             flags = _MS_NOSUID | _MS_NODEV | _MS_RDONLY
-            result = libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, b"mode=0000,size=4k")
+            result = mount_on(b"tmpfs", path, b"tmpfs", flags, b"mode=0000,size=4k")
         else:
-            result = libc.mount(b"/dev/null", os.fsencode(path), None, _MS_BIND, None)
+            result = mount_on(b"/dev/null", path, None, _MS_BIND, None)
             if result == 0:
                 expected = os.stat("/dev/null")
                 flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-                result = libc.mount(None, os.fsencode(path), None, flags, None)
+                result = mount_on(None, path, None, flags, None) if _names(path, expected) else -1
         if result == 0:
             self.masked.append(path)
             if self._points is not None:
