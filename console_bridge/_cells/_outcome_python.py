@@ -285,7 +285,7 @@ def _console_bridge_displays(path):
 
 
 def _console_bridge_install(_dir_name, _want_sql):
-    import json, os, sys, threading, traceback
+    import contextlib, json, os, sys, threading, traceback
     folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", _dir_name)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     path = os.path.join(folder, "outcomes.jsonl")
@@ -324,20 +324,15 @@ def _console_bridge_install(_dir_name, _want_sql):
             finally:
                 os.close(fd)
         except Exception:
-            if entry.get("type") != "failure":
-                return ""
-            # The log cannot be written (a full TMPDIR, EIO): the cell's output carries the failure
-            # instead, small enough for a poll's tail (written after the traceback with `later`).
+            # The log cannot be written (a full TMPDIR, EIO): the cell's output carries a failure instead,
+            # small enough for a poll's tail (written after the traceback with `later`).
             short = dict(entry, message=str(entry.get("message"))[:500], traceback=str(entry.get("traceback"))[-1500:])
-            frame = json.dumps(short, default=str)
-            frame = "\ufdd2!" + (frame if len(frame) < 3000 else "{}") + "\ufdd3\ufdd4"
-            if later:
-                return frame
-            try:
-                sys.stdout.write(frame)
-                sys.stdout.flush()
-            except Exception:
-                pass
+            frame = "\ufdd2!" + json.dumps(short, default=str)[:3000] + "\ufdd3\ufdd4"
+            if entry.get("type") == "failure" and not later:
+                with contextlib.suppress(Exception):
+                    sys.stdout.write(frame)
+                    sys.stdout.flush()
+            return frame if entry.get("type") == "failure" else ""
         return ""
 
     private = set()  # ids of mcp-console's own code objects (its printer drops their frames too)

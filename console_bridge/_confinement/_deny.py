@@ -35,12 +35,14 @@ from console_bridge._worker._ipython import BRIDGE_CELL
 
 __all__ = [
     "HOME_SECRETS",
+    "HOME_SECRET_FILES",
     "ProbeResult",
     "deny_paths",
     "expand_deny",
     "parse_probe",
     "probe_code",
     "probe_code_for",
+    "secret_folders",
     "secret_names",
 ]
 
@@ -69,6 +71,22 @@ HOME_SECRETS = (
     ".cargo/credentials.toml",
     ".config/containers/auth.json",
     ".agents/console",
+)
+#: The credential stores above that are files; the rest are folders (a store missing in a writable
+#: home is held by an empty one of its kind: ``_shared_roots.placeholders``).
+HOME_SECRET_FILES = frozenset(
+    {
+        ".netrc",
+        ".git-credentials",
+        ".npmrc",
+        ".pypirc",
+        ".pgpass",
+        ".my.cnf",
+        ".vault-token",
+        ".cargo/credentials",
+        ".cargo/credentials.toml",
+        ".config/containers/auth.json",
+    }
 )
 SYSTEM_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 PROBE_MARK = "console-bridge-probe:"
@@ -99,6 +117,12 @@ def secret_names(workspace: Path, extra: Sequence[str] = ()) -> list[str]:
     paths += [*SYSTEM_SECRETS, str(workspace / ".git")]
     paths += [expand_deny(item, workspace) for item in extra]
     return list(dict.fromkeys(os.path.normpath(p) for p in paths))
+
+
+def secret_folders() -> list[str]:
+    """The credential stores that are folders, as absolute paths under the home folder."""
+    home = Path.home()
+    return [os.path.normpath(str(home / item)) for item in HOME_SECRETS if item not in HOME_SECRET_FILES]
 
 
 def deny_paths(

@@ -27,6 +27,14 @@ no session uses the folder any more:
   never removed, which is safe.
 
 mcp-console never makes or removes these names then.
+
+**Hidden names, held.** The same hold keeps a hidden name (a credential store, a ``deny_read`` entry)
+that is missing at start in a writable folder: otherwise a cell could make it, keep it open, and read
+what the host writes there later (a mount over the name does not revoke an open file; issue 42). The
+bridge makes the first missing step of its way itself before the server starts (``placeholders``:
+an empty file for the name, 0600, so the host can write it; an empty folder, 0700, for a folder on the
+way or a store that is a folder), and the view masks it from the start, so no cell ever holds an
+inode under that name. Removed, like the names above, by the last session out while still empty.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from packaging.version import Version
 
 from console_bridge._errors import LaunchRefused
 
-__all__ = ["FOLDERS", "WORKSPACE", "Names", "RootHold", "protected_roots"]
+__all__ = ["FOLDERS", "WORKSPACE", "Held", "Names", "RootHold", "placeholders", "protected_roots"]
 
 
 Names = tuple[tuple[str, bool], ...]  # (name, is a folder)
@@ -69,6 +77,40 @@ def protected_roots(
     return roots
 
 
+#: A placeholder: (the writable folder, the missing step's path below it, whether it is a folder).
+Held = tuple[Path, str, bool]
+
+
+def placeholders(hidden: Sequence[str], writable: Sequence[Path], folders: Sequence[str] = ()) -> list[Held]:
+    """For each name in ``hidden`` missing below a folder of ``writable``: the first missing step of its
+    way, a folder when it is on the way or the name is in ``folders``, else a file. A step past a
+    symlink or a file is left alone (the name is elsewhere, shown or hidden by its own rules)."""
+    out: dict[tuple[Path, str], bool] = {}
+    for name in hidden:
+        inside = [Path(root) for root in writable if _below(name, str(root))]
+        if not inside:
+            continue
+        root = max(inside, key=lambda path: len(str(path)))
+        parts = Path(name).relative_to(root).parts
+        for index in range(len(parts)):
+            step = root.joinpath(*parts[: index + 1])
+            try:
+                info = step.lstat()
+            except FileNotFoundError:
+                last = index == len(parts) - 1
+                out.setdefault((root, "/".join(parts[: index + 1])), not last or name in folders)
+                break
+            except OSError:
+                break
+            if not stat.S_ISDIR(info.st_mode):
+                break
+    return [(root, step, folder) for (root, step), folder in out.items()]
+
+
+def _below(path: str, root: str) -> bool:
+    return path != root and path.startswith(root.rstrip("/") + "/")
+
+
 @dataclass(frozen=True)
 class _Held:
     root: Path
@@ -90,25 +132,32 @@ class RootHold:
         """The folders the supervisor locks too, for as long as it lives."""
         return [str(held.root) for held in self._held]
 
-    def acquire(self, roots: Sequence[tuple[Path, Names]]) -> None:
-        """Hold each writable folder and make its missing names (blocking: a closing session holds a
-        folder exclusively for as long as it removes a few empty names). Raises LaunchRefused when a
-        folder stays locked exclusively for ``wait`` seconds; what it holds by then is released."""
+    def acquire(self, roots: Sequence[tuple[Path, Names]], held: Sequence[Held] = ()) -> None:
+        """Hold each writable folder and make its missing names, and the placeholders of ``held``
+        (blocking: a closing session holds a folder exclusively for as long as it removes a few empty
+        names). Raises LaunchRefused when a folder stays locked exclusively for ``wait`` seconds;
+        what it holds by then is released."""
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        wanted: dict[Path, list[tuple[str, bool, bool]]] = {}
+        for given, names in roots:
+            wanted.setdefault(Path(os.path.realpath(given)), []).extend((name, folder, False) for name, folder in names)
+        for given, step, folder in held:
+            wanted.setdefault(Path(os.path.realpath(given)), []).append((step, folder, True))
         try:
-            for given, names in roots:
-                root = Path(os.path.realpath(given))
-                if any(held.root == root for held in self._held):
-                    continue
-                opened = self._lock_shared(root)
-                if opened is None:
-                    continue  # mcp-console says what is wrong with the folder
-                fd, locked = opened
-                info = os.fstat(fd)
-                made_list = self._folder / f"{info.st_dev:x}-{info.st_ino:x}.made"
-                if locked:
-                    self._held.append(_Held(root, made_list, fd, (info.st_dev, info.st_ino)))
-                made = [name for name, folder in names if _make(fd, name, folder=folder)]
+            for root, steps in wanted.items():
+                known = next((item for item in self._held if item.root == root), None)
+                if known is not None:
+                    fd, locked, made_list = known.fd, True, known.made
+                else:
+                    opened = self._lock_shared(root)
+                    if opened is None:
+                        continue  # mcp-console says what is wrong with the folder
+                    fd, locked = opened
+                    info = os.fstat(fd)
+                    made_list = self._folder / f"{info.st_dev:x}-{info.st_ino:x}.made"
+                    if locked:
+                        self._held.append(_Held(root, made_list, fd, (info.st_dev, info.st_ino)))
+                made = [name for name, folder, writable in steps if _make(fd, name, folder=folder, writable=writable)]
                 if not locked:
                     os.close(fd)  # this file system cannot lock it: the names are made and left in place
                 elif made:
@@ -158,16 +207,41 @@ class RootHold:
                 _tidy_if_last(item)
 
 
-def _make(dir_fd: int, name: str, *, folder: bool) -> bool:
-    """Make ``name`` in the folder (an empty folder, or an empty read-only file) unless something is
-    there; whether it was made."""
+def _parent(dir_fd: int, name: str) -> tuple[int, str] | None:
+    """The folder holding ``name`` (a path below ``dir_fd``, no symlink followed on the way), opened,
+    and the last step; None when the way is not plain folders."""
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    fd = os.dup(dir_fd)
+    try:
+        for part in parts[:-1]:
+            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except OSError:
+        os.close(fd)
+        return None
+    return fd, parts[-1]
+
+
+def _make(dir_fd: int, name: str, *, folder: bool, writable: bool = False) -> bool:
+    """Make ``name`` below the folder (an empty folder, or an empty file: read-only for mcp-console's
+    names, the owner's to write for a held hidden name) unless something is there; whether it was made."""
+    found = _parent(dir_fd, name)
+    if found is None:
+        return False
+    fd, last = found
     try:
         if folder:
-            os.mkdir(name, 0o755, dir_fd=dir_fd)
+            os.mkdir(last, 0o700 if writable else 0o755, dir_fd=fd)
         else:
-            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=dir_fd))
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            os.close(os.open(last, flags, 0o600 if writable else 0o444, dir_fd=fd))
     except OSError:
         return False  # there already (the user's own, or a symlink: left as it is), or not writable
+    finally:
+        os.close(fd)
     return True
 
 
@@ -193,11 +267,14 @@ def _tidy_if_last(item: _Held) -> None:
 
 
 def _remove_if_empty(dir_fd: int, name: str) -> None:
-    if "/" in name or name in ("", ".", ".."):
+    found = _parent(dir_fd, name)
+    if found is None:
         return
+    fd, last = found
     with contextlib.suppress(OSError):
-        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        info = os.stat(last, dir_fd=fd, follow_symlinks=False)
         if stat.S_ISDIR(info.st_mode):
-            os.rmdir(name, dir_fd=dir_fd)  # only an empty folder goes
+            os.rmdir(last, dir_fd=fd)  # only an empty folder goes
         elif stat.S_ISREG(info.st_mode) and info.st_size == 0:
-            os.unlink(name, dir_fd=dir_fd)
+            os.unlink(last, dir_fd=fd)
+    os.close(fd)

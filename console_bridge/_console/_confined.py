@@ -19,7 +19,7 @@ import platformdirs
 import psutil
 
 from console_bridge._confinement import _remask_host as remask_host
-from console_bridge._confinement._deny import deny_paths, expand_deny, secret_names
+from console_bridge._confinement._deny import deny_paths, expand_deny, secret_folders, secret_names
 from console_bridge._confinement._disk import FolderUsage, WriteWatch, kill_cells
 from console_bridge._confinement._idmap import IdRange, session_ids, session_mapping
 from console_bridge._confinement._limits import Limits, Mechanism
@@ -27,7 +27,7 @@ from console_bridge._confinement._path_shim import cached_shim
 from console_bridge._confinement._plan import Confinement, Supervision, plan_confinement
 from console_bridge._confinement._recording_cap import RecordingCap
 from console_bridge._confinement._registry import SessionEntry, bridge_cache_dir, r_hooks_dir, register, state_dir
-from console_bridge._confinement._shared_roots import Names, RootHold
+from console_bridge._confinement._shared_roots import Names, RootHold, placeholders
 from console_bridge._confinement._view import View, build_view
 from console_bridge._console._adopted_worker import AdoptedWorker
 from console_bridge._console._limit_text import fork_refused, limit_text, out_of_memory
@@ -107,9 +107,16 @@ class SessionConfinement:
         assert self.entry is not None and self.confinement is not None
         self.cache_dir.mkdir(mode=0o700, exist_ok=True)
         writable = [*([self.workspace] if workspace_writable else []), *writable_roots]
+        hidden = secret_names(self.workspace, self.deny_read)
         if protected:
             self.roots = RootHold(state_dir() / "roots")
             self.roots.acquire(protected)
+        # A hidden name missing in a writable folder is held by the bridge's own placeholder, masked
+        # from the start: no cell makes it and keeps it open for what the host writes there later.
+        held = placeholders(hidden, writable, secret_folders())
+        if held:
+            self.roots = self.roots or RootHold(state_dir() / "roots")
+            self.roots.acquire((), held)
         self.plant_early()
         if "r" in languages:
             self._r_profile = r_hooks_dir() / f"{self.entry.id}.Rprofile"
@@ -128,8 +135,11 @@ class SessionConfinement:
             tmpdir=self.entry.tmpdir,
             tmpdir_size=self.confinement.tmpfs_size,
             home=Path.home(),
-            masks=[expand_deny(item, self.workspace) for item in self.deny_read],
-            hidden=secret_names(self.workspace, self.deny_read),
+            masks=[
+                *(expand_deny(item, self.workspace) for item in self.deny_read),
+                *(str(Path(root) / step) for root, step, _ in held),
+            ],
+            hidden=hidden,
             # R not asked for: mcp-console would discover it through PATH at every start (seconds)
             search_path=search_path,
             hide_commands=() if "r" in languages else ("R", "Rscript"),

@@ -5,7 +5,8 @@ The remasker mounts as the session's root. A cell that plants a symlink at a hid
 target or ``/proc/1/root/...`` ended the session. Every mount now targets a descriptor opened one
 name at a time without following a symlink (``_remask.open_beneath``), beneath the session's view: the
 symlink itself is masked, its target is untouched, and the session goes on. Python and R cells, file,
-folder, ``/proc`` and dangling targets; as root and as a normal user (the non-root CI stage).
+folder, ``/proc`` and dangling targets, planted before the start (the view's masks) and while the
+session runs (the remasker); as root and as a normal user (the non-root CI stage).
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ async def test_a_symlink_planted_at_a_hidden_name_is_masked_itself_never_its_tar
 ) -> None:
     os_release = Path("/usr/lib/os-release").read_text()
     languages = ("python", "r") if HAS_R else ("python",)
+    # Planted before the start (an earlier session's cell): the view's masks at start (apply_plan).
+    early = {"file.env", "folder.env"}
+    for name in early:
+        (workspace / name).symlink_to(TARGETS[name])
     async with AsyncConsole(
         workspace,
         command=binary_for(version),
@@ -74,7 +79,15 @@ async def test_a_symlink_planted_at_a_hidden_name_is_masked_itself_never_its_tar
         recordings_dir=recordings,
         languages=languages,
     ) as c:
-        plant = "".join(f"os.symlink({target!r}, {name!r})\n" for name, target in TARGETS.items())
+        # Planted while it runs: a missing hidden name is the bridge's placeholder (issue 42, item 1), so
+        # a cell gets the name only once the host removed it; then the remasker masks what the cell made.
+        late = [name for name in TARGETS if name not in early] + (["r-file.env", "r-folder.env"] if HAS_R else [])
+        refused = await c.run(python=f"import os\nos.symlink('/etc/hostname', {late[0]!r})")
+        assert refused.error is not None, refused.combined
+        for name in late:
+            (workspace / name).unlink()
+        time.sleep(0.5)
+        plant = "".join(f"os.symlink({TARGETS[name]!r}, {name!r})\n" for name in late if name in TARGETS)
         planted = await c.run(python="import os\n" + plant + LOOK)
         assert planted.error is None, planted.combined
         if HAS_R:
