@@ -258,7 +258,7 @@ def _tidy_if_last(item: _Held) -> None:
         if (info.st_dev, info.st_ino) != item.inode:
             return  # the path names another folder now
         with contextlib.suppress(FileNotFoundError):
-            names = dict.fromkeys(item.made.read_text().split())
+            names = dict.fromkeys(line for line in item.made.read_text().splitlines() if line)
             for name in names:
                 _remove_if_empty(fd, name)
             item.made.unlink()
