@@ -107,7 +107,8 @@ class SessionConfinement:
         assert self.entry is not None and self.confinement is not None
         self.cache_dir.mkdir(mode=0o700, exist_ok=True)
         writable = [*([self.workspace] if workspace_writable else []), *writable_roots]
-        hidden = secret_names(self.workspace, self.deny_read)
+        # A name reached through a symlinked folder is hidden where it really is, too (the view binds both).
+        hidden = _with_real(secret_names(self.workspace, self.deny_read))
         if protected:
             self.roots = RootHold(state_dir() / "roots")
             self.roots.acquire(protected)
@@ -136,7 +137,7 @@ class SessionConfinement:
             tmpdir_size=self.confinement.tmpfs_size,
             home=Path.home(),
             masks=[
-                *(expand_deny(item, self.workspace) for item in self.deny_read),
+                *_with_real([expand_deny(item, self.workspace) for item in self.deny_read]),
                 *(str(Path(root) / step) for root, step, _ in held),
             ],
             hidden=hidden,
@@ -546,3 +547,10 @@ class SessionConfinement:
         if self.remasker is not None:
             remask_host.release(self.remasker)
             self.remasker = None
+
+
+def _with_real(paths: list[str]) -> list[str]:
+    """``paths`` and, for each reached through a symlinked folder, the path it really is (a symlink at
+    the name itself is masked as it is, never where it points)."""
+    real = (os.path.join(os.path.realpath(os.path.dirname(given)), os.path.basename(given)) for given in paths)
+    return list(dict.fromkeys([*paths, *real]))
