@@ -62,7 +62,13 @@ class MaskStep(_Path):
     op: Literal["mask"]
 
 
-MountStep = EmptyStep | SymlinkStep | TmpfsStep | BindStep | DirStep | DevStep | ProcStep | ShimStep | MaskStep
+class PinStep(_Path):
+    op: Literal["pin"]  # a folder on the way to a hidden name, bound onto itself: no cell renames it
+
+
+MountStep = (
+    EmptyStep | SymlinkStep | TmpfsStep | BindStep | DirStep | DevStep | ProcStep | ShimStep | MaskStep | PinStep
+)
 
 
 class WatchSpec(TypedDict):

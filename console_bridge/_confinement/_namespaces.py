@@ -450,6 +450,8 @@ def apply_plan(plan: MountPlan, userns_fd: int | None = None, owner: int | None 
             _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options, "mounting a tmpfs")
         elif step["op"] == "mask":
             _mask(root, step["path"])
+        elif step["op"] == "pin":
+            _pin(root, step["path"])
         elif step["op"] == "empty":
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o000)
             os.close(fd)
@@ -464,6 +466,27 @@ def apply_plan(plan: MountPlan, userns_fd: int | None = None, owner: int | None 
     if os.path.lexists(root + "/.cb-empty"):  # the masks hold it; nothing else needs its name
         os.unlink(root + "/.cb-empty")
     _pivot(root)
+
+
+def _pin(root: str, path: str) -> None:
+    """Bind the folder ``path`` of the view on ``root`` onto itself (a mount point: no cell renames or
+    removes it), reached as ``_mask`` reaches a name; a folder that is not there is left alone."""
+    top = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fd = open_beneath(path, top)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                return
+            raise SetupError(f"pinning ({root + path}): {exc}") from None
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                target = f"/proc/self/fd/{fd}"
+                _mount(target, target, None, MS_BIND | MS_REC, None, f"pinning {path}")
+        finally:
+            os.close(fd)
+    finally:
+        os.close(top)
 
 
 def _mask(root: str, path: str) -> None:

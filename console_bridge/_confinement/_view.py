@@ -93,6 +93,26 @@ class View:
         """The PATH the server gets in this view (None: the host's PATH as it is)."""
         return SHIM_DIR if self.hidden_commands else None
 
+    def pinned(self) -> list[str]:
+        """The folders on the way to a hidden name inside a writable entry, shallowest first: each is
+        bound onto itself, so no cell renames or removes it to make the name anew and hold it (the
+        host's later secret would be written into the cell's file)."""
+        folders: dict[str, None] = {}
+        for name in self.hidden:
+            entry = max((e.path for e in self.entries if _inside(name, e.path)), key=len, default=None)
+            if entry is None or not any(e.path == entry and e.writable for e in self.entries):
+                continue
+            way = os.path.dirname(name)
+            chain = []
+            while way != entry and _inside(way, entry):
+                chain.append(way)
+                way = os.path.dirname(way)
+            for folder in reversed(chain):
+                if not os.path.isdir(folder) or os.path.islink(folder):
+                    break
+                folders.setdefault(folder)
+        return sorted(folders, key=lambda path: (path.count("/"), path))
+
     def contains(self, path: str | os.PathLike[str]) -> bool:
         """True when ``path`` (absolute, normalised) has a name inside the view."""
         text = os.path.normpath(os.fspath(path))
@@ -134,6 +154,8 @@ class View:
             steps.append(
                 {"op": "shim", "path": SHIM_DIR, "sources": list(self.path_dirs), "hide": list(self.hidden_commands)}
             )
+        for folder in self.pinned():
+            steps.append({"op": "pin", "path": folder})
         for mask in self.masks:
             steps.append({"op": "mask", "path": mask})
         watch: WatchSpec = {"names": list(self.hidden), "etc": self.hidden_tree or None}
