@@ -58,15 +58,23 @@ try:
             return max(kind.bit_width // 8, 1)
         except ValueError:
             return 0  # strings, lists, dictionaries: at least a pointer a row in pandas
-    variable = sum(1 for field in schema if not width(field.type))
-    declared = sum(meta.num_rows * (width(field.type) or 8) for field in schema)
+    def objects(kind):  # what pandas makes of one row's value beyond its bytes: a dict, an array, a pointer
+        if pa.types.is_struct(kind):
+            return 240 + sum(80 + objects(kind.field(i).type) for i in range(kind.num_fields))
+        if any(test(kind) for test in (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)):
+            return 120 + objects(kind.value_type)
+        if pa.types.is_map(kind):  # (a list of (key, item) tuples a row)
+            return 200 + objects(kind.key_type) + objects(kind.item_type)
+        return 0 if width(kind) else 8
+    per_row = sum(objects(field.type) for field in schema)
+    declared = sum(meta.num_rows * (width(field.type) or 8) for field in schema) + meta.num_rows * per_row
     if declared > limit:
         refuse(f"{meta.num_rows} rows x {len(schema)} columns, at least {declared} bytes decoded")
     sink = io.BytesIO()
     total = 0
     with pa.ipc.new_file(sink, schema) as writer:
         for batch in source.iter_batches(batch_size=65536, use_threads=False, use_pandas_metadata=True):
-            total += batch.nbytes + batch.num_rows * variable * 8
+            total += batch.nbytes + batch.num_rows * per_row
             if total > limit:
                 refuse(f"{meta.num_rows} rows x {len(schema)} columns, more than {limit} bytes decoded")
             writer.write_batch(batch)
