@@ -72,6 +72,16 @@ def _from_socket(error: BaseException | None) -> bool:
     return False
 
 
+def _has_group(error: BaseException | None, depth: int = 0) -> bool:
+    """Whether ``error``, or one it was raised from or while handling, is an exception group."""
+    import builtins
+
+    group = getattr(builtins, "BaseExceptionGroup", None)  # (Python 3.11 and later)
+    if error is None or group is None or depth > 20:
+        return False
+    return isinstance(error, group) or _has_group(error.__cause__ or error.__context__, depth + 1)
+
+
 def _console_bridge_ipython(
     emit: Emit,
     failure: Failure,
@@ -160,8 +170,17 @@ def _console_bridge_ipython(
         """Tracebacks go to stderr and to the outcome log, like ipykernel's error messages."""
 
         def showtraceback(self, *args: Any, **kwargs: Any) -> None:
-            if not isinstance(sys.exc_info()[1], SystemExit):  # (eval_cell ends the worker instead)
-                super().showtraceback(*args, **kwargs)
+            error = sys.exc_info()[1]
+            if isinstance(error, SystemExit):  # (eval_cell ends the worker instead)
+                return
+            if _has_group(error) and not args and not kwargs.get("exc_tuple"):
+                # IPython prints an exception group with traceback.print_exc(), past _showtraceback:
+                # the failure would go unrecorded (a failed cell reported as a success)
+                import traceback
+
+                self._showtraceback(type(error), error, ["".join(traceback.format_exception(error)).rstrip("\n")])
+                return
+            super().showtraceback(*args, **kwargs)
 
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
             text = self.InteractiveTB.stb2text(stb)
