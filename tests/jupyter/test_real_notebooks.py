@@ -86,7 +86,13 @@ def test_a_real_notebook_gives_the_hosts_outputs_cell_by_cell(
     monkeypatch.setenv("JUPYTER_PATH", kernel_path)
     first = _cells(_execute(_folder(tmp_path, "host1"), name, "python3"))
     second = _cells(_execute(_folder(tmp_path, "host2"), name, "python3"))
-    stable = [index for index, (a, b) in enumerate(zip(first, second, strict=True)) if a == b]
+    # (a cell showing np.empty(...) shows whatever memory held: equal in two host runs by luck only)
+    sources = [cell.source for cell in nbformat.read(SOURCE / name, as_version=4).cells if cell.cell_type == "code"]
+    stable = [
+        index
+        for index, (a, b) in enumerate(zip(first, second, strict=True))
+        if a == b and "empty(" not in sources[index]
+    ]
     assert len(stable) >= 0.8 * len(first), "the host's own runs differ too much to compare"
     sandboxed = _cells(_execute(_folder(tmp_path, "kernel"), name, "cb-notebooks"))
     folder = _folder(tmp_path, "run")
