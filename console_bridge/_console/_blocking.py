@@ -110,7 +110,7 @@ class Console(NotCopyable):
         self._check()
         return self._portal.call_settling(
             lambda: self._async.run(python=python, r=r, sql=sql, timeout=timeout, on_output=on_output, check=check),
-            lambda: self._async.settle(10.0, on_output),  # interrupt the cell; the next call is accepted
+            lambda: self._async.settle(30.0, on_output),  # interrupt the cell; the next call is accepted
         )
 
     def settle(self, bound: float = 10.0, on_output: Callable[[CellResult], Any] | None = None) -> CellResult | None:
